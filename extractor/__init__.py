@@ -1,0 +1,45 @@
+"""extractor: reliable structured extraction on vLLM.
+
+Public API: :func:`extract`, :func:`aextract`, :class:`Extractor`, tasks, results and errors.
+"""
+
+from extractor.api import Extractor, aextract, extract
+from extractor.config import Settings
+from extractor.engines import Engine, ScriptedEngine
+from extractor.errors import (
+    ConfigError,
+    EngineError,
+    ExtractionFailed,
+    ExtractorError,
+    InputError,
+    ModelNotPreparedError,
+    TaskError,
+    TextTooLongError,
+    UnknownTaskError,
+)
+from extractor.results import Attempt, ExtractionResult, SpanModel, Usage
+from extractor.tasks import Catalog, Task
+
+__all__ = [
+    "Attempt",
+    "Catalog",
+    "ConfigError",
+    "Engine",
+    "EngineError",
+    "ExtractionFailed",
+    "ExtractionResult",
+    "Extractor",
+    "ExtractorError",
+    "InputError",
+    "ModelNotPreparedError",
+    "ScriptedEngine",
+    "Settings",
+    "SpanModel",
+    "Task",
+    "TaskError",
+    "TextTooLongError",
+    "UnknownTaskError",
+    "Usage",
+    "aextract",
+    "extract",
+]

@@ -1,0 +1,204 @@
+"""The Python API: an :class:`Extractor` holds the catalog and one engine, started once."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Iterable, Sequence
+from types import TracebackType
+from typing import Any, TypeVar, overload
+
+from pydantic import BaseModel
+
+from extractor import pipeline
+from extractor.config import Settings
+from extractor.engines import Engine, create_engine
+from extractor.errors import ExtractorError
+from extractor.grounding import GroundingPolicy
+from extractor.results import ExtractionResult
+from extractor.tasks import Catalog, Task
+from extractor.typed import TypedModel, model_for_schema
+
+M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
+
+
+class Extractor:
+    """The task catalog plus one engine. Create one per process and reuse it.
+
+    Example:
+        >>> with Extractor() as ex:  # doctest: +SKIP
+        ...     result = ex.extract("landmark_slots", "阿尔罕布拉宫是西班牙摩尔人统治时期的宫殿建筑。")
+        ...     result.value.country
+
+    """
+
+    def __init__(
+        self, *, settings: Settings | None = None, engine: Engine | None = None, catalog: Catalog | None = None
+    ) -> None:
+        self.settings = settings or Settings.from_env()
+        self.catalog = catalog or Catalog.load(self.settings.tasks_dir, backend=self.settings.grammar_backend)
+        self._engine = engine
+        self._typed: dict[str, TypedModel] = {}
+        self._started = False
+        self._lock = threading.Lock()
+
+    @property
+    def engine(self) -> Engine:
+        """The engine, built from the settings on first use."""
+        with self._lock:
+            if self._engine is None:
+                self._engine = create_engine(self.settings)
+            return self._engine
+
+    def task(self, name: str) -> Task:
+        """A loaded task; unknown names raise :class:`~extractor.errors.UnknownTaskError`."""
+        return self.catalog.get(name)
+
+    def typed_model(self, name: str) -> TypedModel:
+        """The pydantic model built from the task's schema (cached per task)."""
+        if name not in self._typed:
+            self._typed[name] = model_for_schema(self.task(name).schema, name=name)
+        return self._typed[name]
+
+    async def astart(self) -> None:
+        """Start the engine (loads the model); idempotent."""
+        if not self._started:
+            await self.engine.start()
+            self._started = True
+
+    def start(self) -> None:
+        """Blocking :meth:`astart`."""
+        _run_sync(self.astart())
+
+    @overload
+    async def aextract(
+        self,
+        task: str,
+        text: str,
+        *,
+        output_type: None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        max_attempts: int | None = None,
+        grounding: GroundingPolicy | None = None,
+    ) -> ExtractionResult: ...
+
+    @overload
+    async def aextract(
+        self,
+        task: str,
+        text: str,
+        *,
+        output_type: type[M],
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        max_attempts: int | None = None,
+        grounding: GroundingPolicy | None = None,
+    ) -> M: ...
+
+    async def aextract(
+        self,
+        task: str,
+        text: str,
+        *,
+        output_type: type[M] | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        max_attempts: int | None = None,
+        grounding: GroundingPolicy | None = None,
+    ) -> ExtractionResult | M:
+        """Extract one text. With ``output_type``, return the data as that pydantic model."""
+        spec = self.task(task)
+        await self.astart()
+        options = pipeline.Options(
+            temperature=temperature, max_tokens=max_tokens, max_attempts=max_attempts, grounding=grounding
+        )
+        result = await pipeline.run(
+            spec, text, engine=self.engine, settings=self.settings, options=options, typed=self.typed_model(task)
+        )
+        if output_type is not None:
+            return output_type.model_validate(result.data)
+        return result
+
+    def extract(self, task: str, text: str, **options: Any) -> Any:
+        """Blocking :meth:`aextract` (same arguments)."""
+        return _run_sync(self.aextract(task, text, **options))
+
+    async def aextract_many(
+        self, task: str, texts: Iterable[str], *, concurrency: int = 64, **options: Any
+    ) -> list[ExtractionResult | ExtractorError]:
+        """Extract many texts concurrently (vLLM batches them); one result or error per text, in order."""
+        self.task(task)
+        await self.astart()
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(text: str) -> ExtractionResult | ExtractorError:
+            async with gate:
+                try:
+                    result: ExtractionResult = await self.aextract(task, text, **options)
+                    return result
+                except ExtractorError as error:
+                    return error
+
+        return list(await asyncio.gather(*(one(t) for t in texts)))
+
+    def extract_many(self, task: str, texts: Sequence[str], **options: Any) -> list[ExtractionResult | ExtractorError]:
+        """Blocking :meth:`aextract_many`."""
+        return _run_sync(self.aextract_many(task, texts, **options))
+
+    async def aclose(self) -> None:
+        """Release the engine."""
+        if self._engine is not None:
+            await self._engine.close()
+        self._started = False
+
+    def close(self) -> None:
+        """Blocking :meth:`aclose`."""
+        _run_sync(self.aclose())
+
+    def __enter__(self) -> Extractor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Extractor:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    coro.close()
+    raise ExtractorError("called the blocking API inside a running event loop; use the a-prefixed async method")
+
+
+_default: Extractor | None = None
+_default_lock = threading.Lock()
+
+
+def default_extractor() -> Extractor:
+    """The process-wide extractor behind :func:`extract`, configured from the environment."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Extractor()
+        return _default
+
+
+def extract(task: str, text: str, **options: Any) -> Any:
+    """Extract ``task`` from ``text`` with the process-wide :class:`Extractor`."""
+    return default_extractor().extract(task, text, **options)
+
+
+async def aextract(task: str, text: str, **options: Any) -> Any:
+    """Async :func:`extract`."""
+    return await default_extractor().aextract(task, text, **options)

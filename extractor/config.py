@@ -1,0 +1,107 @@
+"""Frozen settings, read from ``EXTRACTOR_*`` environment variables and CLI flags."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from extractor.errors import ConfigError
+
+GrammarBackend = Literal["guidance", "xgrammar"]
+EngineKind = Literal["vllm", "scripted"]
+
+DEFAULT_MODEL = "default"
+MAX_ATTEMPTS_LIMIT = 3
+
+
+def repo_root() -> Path:
+    """The folder above the package: the catalog's default home in a source checkout."""
+    return Path(__file__).resolve().parent.parent
+
+
+def default_home() -> Path:
+    """Where converted models and other caches live unless ``EXTRACTOR_HOME`` says otherwise."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "extractor"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything that configures an :class:`~extractor.Extractor`.
+
+    Each field maps to an environment variable ``EXTRACTOR_<FIELD>`` (upper case) and to a
+    CLI flag ``--<field>`` (dashes for underscores).
+    """
+
+    home: Path = field(default_factory=default_home)
+    tasks_dir: Path = field(default_factory=repo_root)
+    engine: EngineKind = "vllm"
+    model: str = DEFAULT_MODEL
+    dtype: str = "auto"
+    max_model_len: int = 4096
+    gpu_memory_utilization: float = 0.5
+    tensor_parallel_size: int = 1
+    quantization: str | None = None
+    max_num_seqs: int = 64
+    grammar_backend: GrammarBackend = "guidance"
+    kv_cache_space_gib: int = 4
+    temperature: float = 0.1
+    max_tokens: int = 256
+    max_attempts: int = MAX_ATTEMPTS_LIMIT
+    host: str = "127.0.0.1"
+    port: int = 8000
+
+    def __post_init__(self) -> None:
+        if self.engine not in ("vllm", "scripted"):
+            raise ConfigError(f"EXTRACTOR_ENGINE: unknown engine {self.engine!r}; use 'vllm' or 'scripted'")
+        if self.grammar_backend not in ("guidance", "xgrammar"):
+            raise ConfigError(
+                f"EXTRACTOR_GRAMMAR_BACKEND: unknown backend {self.grammar_backend!r}; use 'guidance' or 'xgrammar'"
+            )
+        if not 1 <= self.max_attempts <= MAX_ATTEMPTS_LIMIT:
+            raise ConfigError(f"EXTRACTOR_MAX_ATTEMPTS: must be 1..{MAX_ATTEMPTS_LIMIT}, got {self.max_attempts}")
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ConfigError("EXTRACTOR_GPU_MEMORY_UTILIZATION: must be in (0, 1]")
+        if self.max_model_len < 64 or self.max_tokens < 1:
+            raise ConfigError("EXTRACTOR_MAX_MODEL_LEN must be >= 64 and EXTRACTOR_MAX_TOKENS >= 1")
+
+    @property
+    def models_dir(self) -> Path:
+        """Where converted models are cached."""
+        return self.home / "models"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Build settings from ``EXTRACTOR_*`` variables, then apply non-None ``overrides``."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = env.get(f"EXTRACTOR_{f.name.upper()}")
+            if raw is not None and raw != "":
+                values[f.name] = _coerce(f.name, f.type, raw)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        for key in ("home", "tasks_dir"):
+            if key in values:
+                values[key] = Path(values[key]).expanduser()
+        return cls(**values)
+
+    def with_(self, **changes: Any) -> Settings:
+        """A copy with some fields changed (None values are ignored)."""
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+def _coerce(name: str, annotation: object, raw: str) -> Any:
+    kind = str(annotation)
+    try:
+        if kind.startswith("int"):
+            return int(raw)
+        if kind.startswith("float"):
+            return float(raw)
+    except ValueError:
+        raise ConfigError(f"EXTRACTOR_{name.upper()}: expected a number, got {raw!r}") from None
+    if kind.startswith("str | None") and raw.lower() in ("none", "null"):
+        return None
+    return raw

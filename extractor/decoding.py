@@ -1,0 +1,139 @@
+"""Task schema -> engine constraints. Pure: knows what each grammar backend cannot enforce.
+
+vLLM's grammar backends compile a JSON Schema into a token mask, and both silently skip some
+keywords: a schema using them would *look* enforced while the model is free to break it.
+We find those keywords when a task loads, so an analyst hears about it before a user does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from copy import deepcopy as _data
+from typing import Any
+
+from extractor.config import GrammarBackend
+
+# Keywords neither backend turns into a mask (checked against vLLM's backend sources:
+# vllm/v1/structured_output/backend_{xgrammar,guidance}.py and the libraries' docs).
+_NEVER_ENFORCED = frozenset(
+    {
+        "not",
+        "if",
+        "then",
+        "else",
+        "dependentRequired",
+        "dependentSchemas",
+        "dependencies",
+        "unevaluatedProperties",
+        "unevaluatedItems",
+        "contains",
+        "minContains",
+        "maxContains",
+        "uniqueItems",
+        "propertyNames",
+        "$dynamicRef",
+        "$recursiveRef",
+    }
+)
+_XGRAMMAR_NOT_ENFORCED = _NEVER_ENFORCED | {"multipleOf", "patternProperties", "minProperties", "maxProperties"}
+_GUIDANCE_NOT_ENFORCED = _NEVER_ENFORCED | {"patternProperties"}
+# String formats xgrammar turns into grammar; any other ``format`` is skipped.
+_XGRAMMAR_FORMATS = frozenset(
+    {
+        "email",
+        "date",
+        "time",
+        "date-time",
+        "duration",
+        "ipv4",
+        "ipv6",
+        "hostname",
+        "uuid",
+        "uri",
+        "uri-reference",
+        "uri-template",
+    }
+)
+
+# Keywords whose values are subschemas, so the walk goes on below them.
+_SCHEMA_MAP_KEYS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SCHEMA_LIST_KEYS = ("allOf", "anyOf", "oneOf", "prefixItems")
+_SCHEMA_KEYS = (
+    "items",
+    "additionalProperties",
+    "not",
+    "if",
+    "then",
+    "else",
+    "contains",
+    "propertyNames",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+    "contentSchema",
+)
+# Keywords whose values are instance data (copied as is), and maps keyed by property names.
+_DATA_KEYS = frozenset({"const", "enum", "default", "examples"})
+_NAME_MAP_KEYS = (*_SCHEMA_MAP_KEYS, "dependentRequired")
+
+
+def walk(schema: Any, pointer: str = "#") -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """Yield ``(pointer, subschema)`` for every subschema, the root first."""
+    if not isinstance(schema, Mapping):
+        return
+    yield pointer, schema
+    for key in _SCHEMA_MAP_KEYS:
+        children = schema.get(key)
+        if isinstance(children, Mapping):
+            for name, child in children.items():
+                yield from walk(child, f"{pointer}/{key}/{_escape(str(name))}")
+    for key in _SCHEMA_LIST_KEYS:
+        children = schema.get(key)
+        if isinstance(children, list):
+            for index, child in enumerate(children):
+                yield from walk(child, f"{pointer}/{key}/{index}")
+    for key in _SCHEMA_KEYS:
+        yield from walk(schema.get(key), f"{pointer}/{key}")
+
+
+def _escape(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def unenforced_keywords(schema: Mapping[str, Any], backend: GrammarBackend) -> list[tuple[str, str]]:
+    """``(pointer, reason)`` for each keyword the backend would silently not enforce."""
+    skipped = _XGRAMMAR_NOT_ENFORCED if backend == "xgrammar" else _GUIDANCE_NOT_ENFORCED
+    found: list[tuple[str, str]] = []
+    for pointer, sub in walk(schema):
+        for key in sub:
+            if key in skipped:
+                found.append((f"{pointer}/{key}", f"{backend} does not enforce {key!r} while decoding"))
+        if backend == "xgrammar":
+            all_of = sub.get("allOf")
+            if isinstance(all_of, list) and len(all_of) > 1:
+                found.append((f"{pointer}/allOf", "xgrammar enforces only single-branch 'allOf'"))
+            if "format" in sub and sub["format"] not in _XGRAMMAR_FORMATS:
+                found.append((f"{pointer}/format", f"xgrammar does not enforce format {sub['format']!r}"))
+            has_bounds = "minLength" in sub or "maxLength" in sub
+            for key in ("pattern", "format"):
+                if key in sub and has_bounds:
+                    found.append((f"{pointer}/{key}", f"xgrammar ignores minLength/maxLength beside {key!r}"))
+    return found
+
+
+def engine_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The schema as sent to the grammar backend: our ``x-*`` annotations removed."""
+    stripped: dict[str, Any] = _strip(schema)
+    return stripped
+
+
+def _strip(node: Any, *, names: bool = False) -> Any:
+    # ``names``: the keys are property or definition names, not keywords, so none is dropped.
+    if isinstance(node, Mapping):
+        return {
+            k: _data(v) if not names and k in _DATA_KEYS else _strip(v, names=not names and k in _NAME_MAP_KEYS)
+            for k, v in node.items()
+            if names or not str(k).startswith("x-")
+        }
+    if isinstance(node, list):
+        return [_strip(v) for v in node]
+    return node

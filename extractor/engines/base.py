@@ -1,0 +1,69 @@
+"""The engine interface: chat messages (+ an optional JSON Schema) in, text out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
+
+
+class Message(TypedDict):
+    """One chat turn."""
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """What to generate: the chat, an optional JSON Schema to constrain decoding, sampling."""
+
+    messages: Sequence[Message]
+    json_schema: Mapping[str, Any] | None = None
+    temperature: float = 0.1
+    max_tokens: int = 256
+    stop: Sequence[str] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What the engine produced for one request."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str = "stop"
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """An async text generator.
+
+    Many concurrent ``generate`` calls must be safe: that is how vLLM batches continuously.
+    """
+
+    @property
+    def model_name(self) -> str:
+        """The model's name as reported in results."""
+        ...
+
+    @property
+    def max_model_len(self) -> int:
+        """The context window in tokens (prompt + completion)."""
+        ...
+
+    async def start(self) -> None:
+        """Load the model; idempotent."""
+        ...
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        """Generate one completion."""
+        ...
+
+    def count_prompt_tokens(self, messages: Sequence[Message]) -> int:
+        """Tokens the chat takes once rendered with the model's chat template."""
+        ...
+
+    async def close(self) -> None:
+        """Release the model; idempotent."""
+        ...

@@ -1,0 +1,75 @@
+"""One error tree: every error the library raises on purpose derives from ExtractorError."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from extractor.results import Attempt
+
+
+class ExtractorError(Exception):
+    """Root of every error extractor raises on purpose."""
+
+
+class ConfigError(ExtractorError):
+    """A setting is missing or has a bad value; the message names the setting."""
+
+
+class TaskError(ExtractorError):
+    """A task file is invalid; the message names the file and the JSON pointer."""
+
+    def __init__(self, path: str, pointer: str, message: str) -> None:
+        self.path = path
+        self.pointer = pointer
+        self.reason = message
+        where = f"{path}: {pointer}" if pointer else path
+        super().__init__(f"{where}: {message}")
+
+
+class UnknownTaskError(ExtractorError):
+    """The task name is not in the loaded catalog."""
+
+    def __init__(self, name: str, known: Sequence[str]) -> None:
+        self.name = name
+        self.known = list(known)
+        listed = ", ".join(self.known) if self.known else "(no tasks loaded)"
+        super().__init__(f"unknown task {name!r}; known tasks: {listed}")
+
+
+class InputError(ExtractorError):
+    """The input text cannot be extracted from as given (empty, too long, ...)."""
+
+
+class TextTooLongError(InputError):
+    """The rendered prompt does not fit in the model's context window."""
+
+    def __init__(self, *, prompt_tokens: int, max_tokens: int, max_model_len: int) -> None:
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+        self.max_model_len = max_model_len
+        super().__init__(
+            f"text too long: the prompt takes {prompt_tokens} tokens and the answer up to "
+            f"{max_tokens}, but the model window is {max_model_len} tokens; shorten the text "
+            "or raise max_model_len"
+        )
+
+
+class EngineError(ExtractorError):
+    """The generation engine failed or is not available."""
+
+
+class ModelNotPreparedError(EngineError):
+    """The default model has not been converted yet."""
+
+
+class ExtractionFailed(ExtractorError):  # noqa: N818 - the name users catch, as in the docs
+    """No attempt produced a valid result; carries every attempt."""
+
+    def __init__(self, task: str, attempts: Sequence[Attempt]) -> None:
+        self.task = task
+        self.attempts = list(attempts)
+        last = self.attempts[-1].errors if self.attempts else []
+        detail = "; ".join(last[:3]) if last else "no attempt was made"
+        super().__init__(f"task {task!r}: no valid result after {len(self.attempts)} attempt(s): {detail}")

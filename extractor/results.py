@@ -1,0 +1,69 @@
+"""What an extraction returns: every attempt, summed usage, the data and its typed value."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Usage(BaseModel):
+    """Tokens spent, summed over attempts."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+        )
+
+
+class SpanModel(BaseModel):
+    """Where one extracted string sits in the source text (code-point offsets)."""
+
+    path: str = Field(description="JSON pointer of the value in `data`")
+    value: str
+    start: int | None
+    end: int | None
+    status: Literal["exact", "normalized", "missing"]
+
+
+class Attempt(BaseModel):
+    """One generate -> parse -> validate round."""
+
+    number: int
+    raw: str = Field(description="the model's output, verbatim")
+    repaired: bool = Field(description="the output was not valid JSON and json-repair fixed it")
+    errors: list[str] = Field(description="validation and grounding problems; empty when the attempt was accepted")
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str
+    latency_ms: float
+
+    @property
+    def valid(self) -> bool:
+        return not self.errors
+
+
+class ExtractionResult(BaseModel):
+    """A successful extraction. ``data`` is valid against the task schema."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    task: str
+    data: dict[str, Any]
+    value: Any = Field(default=None, exclude=True, description="`data` as a typed pydantic object")
+    spans: list[SpanModel] = Field(default_factory=list)
+    removed: list[SpanModel] = Field(
+        default_factory=list, description="values dropped by strict grounding after the last attempt"
+    )
+    attempts: list[Attempt]
+    usage: Usage
+    model: str
+    latency_ms: float

@@ -1,0 +1,374 @@
+"""Tasks and the catalog: discover ``schemas/`` + ``prompts/``, check each task at load.
+
+A bad task is reported (file + JSON pointer) and left out; the other tasks keep working.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import jinja2
+import jsonschema
+from jinja2.sandbox import SandboxedEnvironment
+from jsonschema.validators import Draft202012Validator
+
+from extractor import decoding, grounding
+from extractor.config import MAX_ATTEMPTS_LIMIT, GrammarBackend
+from extractor.errors import TaskError, UnknownTaskError
+
+TASK_NAME = re.compile(r"^[a-z0-9_-]{1,64}$")
+PROMPT_SUFFIXES = (".j2", ".jinja", ".jinja2", ".md", ".txt")
+SETTINGS_KEY = "x-extractor"
+
+# The per-task settings block, checked like any other schema.
+_SETTINGS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+        "max_tokens": {"type": "integer", "minimum": 1, "maximum": 8192},
+        "max_attempts": {"type": "integer", "minimum": 1, "maximum": MAX_ATTEMPTS_LIMIT},
+        "grounding": {"enum": ["strict", "flag", "off"]},
+        "system": {"type": "string"},
+        "allow_unenforced": {"type": "boolean"},
+        "examples": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["text", "output"],
+                "additionalProperties": False,
+                "properties": {"text": {"type": "string", "minLength": 1}, "output": {}},
+            },
+        },
+    },
+}
+_SETTINGS_VALIDATOR = Draft202012Validator(_SETTINGS_SCHEMA)
+_SAMPLE_TEXT = "Sample text used to check the template."
+
+
+@dataclass(frozen=True)
+class Example:
+    """A worked example: input text and the expected output, shown to the model as a turn."""
+
+    text: str
+    output: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class FieldInfo:
+    """One top-level field as the prompt describes it."""
+
+    name: str
+    description: str
+    type: str
+    required: bool
+
+
+@dataclass(frozen=True)
+class TaskSettings:
+    """Per-task settings from the schema's ``x-extractor`` block (None: use the global default)."""
+
+    temperature: float | None = None
+    max_tokens: int | None = None
+    max_attempts: int | None = None
+    grounding: Literal["strict", "flag", "off"] = "flag"
+    system: str | None = None
+    allow_unenforced: bool = False
+
+
+@dataclass(frozen=True, eq=False)
+class Task:
+    """A loaded, checked task: schema + prompt template + settings + worked examples."""
+
+    name: str
+    schema: Mapping[str, Any]
+    schema_path: Path
+    prompt_path: Path
+    template: jinja2.Template
+    settings: TaskSettings
+    examples: tuple[Example, ...]
+    fields: tuple[FieldInfo, ...]
+    validator: Draft202012Validator
+    ungrounded: frozenset[str]
+    warnings: tuple[str, ...] = ()
+    engine_schema: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def title(self) -> str:
+        return str(self.schema.get("title") or self.name)
+
+    @property
+    def description(self) -> str:
+        return str(self.schema.get("description") or "")
+
+
+@dataclass
+class Catalog:
+    """The tasks found under a catalog root, and the errors of those left out."""
+
+    root: Path
+    tasks: dict[str, Task] = field(default_factory=dict)
+    errors: list[TaskError] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, root: Path, *, backend: GrammarBackend = "guidance") -> Catalog:
+        """Load every ``schemas/<task>.json`` with its ``prompts/<task>.*`` under ``root``."""
+        catalog = cls(root=root)
+        schema_dir = root / "schemas"
+        if not schema_dir.is_dir():
+            catalog.errors.append(TaskError(str(schema_dir), "", "no schemas/ folder here (see --tasks-dir)"))
+            return catalog
+        for path in sorted(schema_dir.glob("*.json")):
+            try:
+                task = load_task(path, root / "prompts", backend=backend)
+            except TaskError as error:
+                catalog.errors.append(error)
+            else:
+                catalog.tasks[task.name] = task
+        return catalog
+
+    def get(self, name: str) -> Task:
+        """The task called ``name``; unknown names raise :class:`UnknownTaskError`."""
+        try:
+            return self.tasks[name]
+        except (KeyError, TypeError):
+            raise UnknownTaskError(str(name), sorted(self.tasks)) from None
+
+    def names(self) -> list[str]:
+        return sorted(self.tasks)
+
+
+def load_task(schema_path: Path, prompt_dir: Path, *, backend: GrammarBackend = "guidance") -> Task:
+    """Load and check one task; raise :class:`TaskError` naming the file and pointer."""
+    name = schema_path.stem
+    where = str(schema_path)
+    if not TASK_NAME.match(name):
+        raise TaskError(where, "", f"task name {name!r} must match {TASK_NAME.pattern}; rename the file")
+    schema = _read_schema(schema_path)
+    _check_schema(where, schema)
+    settings, examples = _read_settings(where, schema)
+    warnings = _check_unenforced(where, schema, backend, allow=settings.allow_unenforced)
+    validator = Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+    ungrounded = grounding.ungrounded_paths(schema)
+    _check_examples(where, examples, validator, ungrounded)
+    prompt_path = _find_prompt(prompt_dir, name)
+    template = _compile_template(prompt_path)
+    task = Task(
+        name=name,
+        schema=schema,
+        schema_path=schema_path,
+        prompt_path=prompt_path,
+        template=template,
+        settings=settings,
+        examples=examples,
+        fields=describe_fields(schema),
+        validator=validator,
+        ungrounded=ungrounded,
+        warnings=tuple(warnings),
+        engine_schema=decoding.engine_schema(schema),
+    )
+    _check_renders(task)
+    return task
+
+
+def _read_schema(path: Path) -> dict[str, Any]:
+    try:
+        schema = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        raise TaskError(str(path), "", f"not UTF-8: {error}") from None
+    except json.JSONDecodeError as error:
+        raise TaskError(
+            str(path), "", f"invalid JSON at line {error.lineno} column {error.colno}: {error.msg}"
+        ) from None
+    except OSError as error:
+        raise TaskError(str(path), "", f"cannot read the file: {error}") from None
+    if not isinstance(schema, dict):
+        raise TaskError(str(path), "#", "a task schema must be a JSON object")
+    return schema
+
+
+def _pointer(parts: Sequence[Any]) -> str:
+    return "#" + "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def _check_schema(where: str, schema: dict[str, Any]) -> None:
+    declared = schema.get("$schema")
+    if declared is not None and "2020-12" not in str(declared):
+        raise TaskError(where, "#/$schema", f"use JSON Schema 2020-12, not {declared!r}")
+    try:
+        Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as error:
+        raise TaskError(where, _pointer(list(error.path)), f"invalid schema: {error.message}") from None
+    if schema.get("type") != "object":
+        raise TaskError(where, "#/type", 'the top level must be {"type": "object"}')
+    for pointer, sub in decoding.walk(schema):
+        for key in ("$ref", "$dynamicRef"):
+            ref = sub.get(key)
+            if ref is None:
+                continue
+            if not isinstance(ref, str) or not ref.startswith("#"):
+                raise TaskError(
+                    where,
+                    f"{pointer}/{key}",
+                    f"{key} {ref!r} points outside this schema; only local refs ('#/$defs/...') are allowed",
+                )
+            if not isinstance(grounding._resolve(schema, ref), (Mapping, bool)):
+                raise TaskError(where, f"{pointer}/{key}", f"{key} {ref!r} does not resolve to a schema in this file")
+        if "$id" in sub and pointer != "#":
+            raise TaskError(where, f"{pointer}/$id", "nested $id is not allowed (it changes how refs resolve)")
+    _check_ref_cycles(where, schema)
+
+
+def _check_ref_cycles(where: str, schema: Mapping[str, Any]) -> None:
+    """Reject refs that loop back without going into the instance (validation would recurse forever)."""
+    pointers = {id(sub): pointer for pointer, sub in decoding.walk(schema)}
+    done: set[int] = set()
+
+    def in_place(sub: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+        # Subschemas applied to the same instance as ``sub``, each with its keyword.
+        for key in ("not", "if", "then", "else"):
+            yield key, sub.get(key)
+        for key in ("allOf", "anyOf", "oneOf"):
+            for branch in sub.get(key) or []:
+                yield key, branch
+        for branch in (sub.get("dependentSchemas") or {}).values():
+            yield "dependentSchemas", branch
+        for key in ("$ref", "$dynamicRef"):
+            if isinstance(sub.get(key), str):
+                yield key, grounding._resolve(schema, sub[key])
+
+    def visit(sub: Mapping[str, Any], stack: list[int]) -> None:
+        if id(sub) in done:
+            return
+        stack.append(id(sub))
+        for key, child in in_place(sub):
+            if not isinstance(child, Mapping):
+                continue
+            if id(child) in stack:
+                raise TaskError(
+                    where,
+                    f"{pointers.get(id(sub), '#')}/{key}",
+                    f"{key} loops back to {pointers.get(id(child), '#')} without going into a property or item; "
+                    "validation would never end",
+                )
+            visit(child, stack)
+        stack.pop()
+        done.add(id(sub))
+
+    for _, sub in decoding.walk(schema):
+        visit(sub, [])
+
+
+def _read_settings(where: str, schema: Mapping[str, Any]) -> tuple[TaskSettings, tuple[Example, ...]]:
+    raw = schema.get(SETTINGS_KEY, {})
+    error = next(iter(sorted(_SETTINGS_VALIDATOR.iter_errors(raw), key=lambda e: list(e.path))), None)
+    if error is not None:
+        raise TaskError(where, _pointer([SETTINGS_KEY, *error.path]), error.message)
+    examples = tuple(Example(text=e["text"], output=e["output"]) for e in raw.get("examples", []))
+    settings = TaskSettings(**{k: v for k, v in raw.items() if k != "examples"})
+    return settings, examples
+
+
+def _check_unenforced(where: str, schema: Mapping[str, Any], backend: GrammarBackend, *, allow: bool) -> list[str]:
+    found = decoding.unenforced_keywords(schema, backend)
+    if found and not allow:
+        pointer, reason = found[0]
+        raise TaskError(
+            where,
+            pointer,
+            f'{reason}; remove it, or set "{SETTINGS_KEY}": {{"allow_unenforced": true}} to rely on '
+            "validation and re-asking alone",
+        )
+    return [f"{where}: {pointer}: {reason} (checked after generation only)" for pointer, reason in found]
+
+
+def _check_examples(
+    where: str, examples: Sequence[Example], validator: Draft202012Validator, ungrounded: frozenset[str]
+) -> None:
+    for i, example in enumerate(examples):
+        base = f"#/{SETTINGS_KEY}/examples/{i}/output"
+        error = jsonschema.exceptions.best_match(validator.iter_errors(example.output))
+        if error is not None:
+            raise TaskError(
+                where, base + _pointer(list(error.path))[1:], f"example does not match the schema: {error.message}"
+            )
+        for span in grounding.locate(example.text, example.output, skip=ungrounded):
+            if span.status == "missing":
+                raise TaskError(where, base + span.path, f"example value {span.value!r} does not occur in its text")
+
+
+def _find_prompt(prompt_dir: Path, name: str) -> Path:
+    found = [prompt_dir / f"{name}{suffix}" for suffix in PROMPT_SUFFIXES if (prompt_dir / f"{name}{suffix}").is_file()]
+    if not found:
+        raise TaskError(str(prompt_dir / f"{name}.j2"), "", "no prompt template for this task (prompts/<task>.j2)")
+    if len(found) > 1:
+        raise TaskError(str(found[1]), "", f"more than one prompt template for {name!r}: keep one")
+    return found[0]
+
+
+_JINJA = SandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
+
+
+def _compile_template(path: Path) -> jinja2.Template:
+    try:
+        return _JINJA.from_string(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        raise TaskError(str(path), "", f"not UTF-8: {error}") from None
+    except OSError as error:
+        raise TaskError(str(path), "", f"cannot read the file: {error}") from None
+    except jinja2.TemplateSyntaxError as error:
+        raise TaskError(str(path), f"line {error.lineno}", f"template syntax error: {error.message}") from None
+
+
+def _check_renders(task: Task) -> None:
+    from extractor.prompting import render_instruction
+
+    for feedback in ((), ("example error",)):
+        try:
+            render_instruction(task, _SAMPLE_TEXT, feedback=feedback, previous="{}" if feedback else None)
+        except Exception as error:  # noqa: BLE001 - any template failure is the analyst's to fix
+            raise TaskError(str(task.prompt_path), "", f"template does not render: {error}") from None
+
+
+def describe_fields(schema: Mapping[str, Any]) -> tuple[FieldInfo, ...]:
+    """The top-level fields with a short type label each, for the prompt."""
+    required = set(schema.get("required") or [])
+    return tuple(
+        FieldInfo(
+            name=name,
+            description=str(sub.get("description") or sub.get("title") or ""),
+            type=type_label(schema, sub),
+            required=name in required,
+        )
+        for name, sub in (schema.get("properties") or {}).items()
+        if isinstance(sub, Mapping)
+    )
+
+
+def type_label(root: Mapping[str, Any], sub: Mapping[str, Any], depth: int = 0) -> str:
+    """A human label such as ``string or null`` or ``one of "eq", "lt"``."""
+    if depth > 8:
+        return "value"
+    if isinstance(sub.get("$ref"), str):
+        target = grounding._resolve(root, sub["$ref"])
+        return type_label(root, target, depth + 1) if isinstance(target, Mapping) else "value"
+    if "const" in sub:
+        return f"exactly {json.dumps(sub['const'], ensure_ascii=False)}"
+    if "enum" in sub:
+        return "one of " + ", ".join(json.dumps(v, ensure_ascii=False) for v in sub["enum"])
+    for key in ("anyOf", "oneOf"):
+        if isinstance(sub.get(key), list):
+            return " or ".join(type_label(root, b, depth + 1) for b in sub[key] if isinstance(b, Mapping))
+    kind = sub.get("type", "value")
+    if isinstance(kind, list):
+        return " or ".join(str(k) for k in kind)
+    if kind == "array":
+        items = sub.get("items")
+        label = "list of " + (type_label(root, items, depth + 1) if isinstance(items, Mapping) else "values")
+        return label + (f" (at most {sub['maxItems']})" if "maxItems" in sub else "")
+    return str(kind)

@@ -1,0 +1,53 @@
+"""Shared fixtures: the shipped catalog, scripted extractors, and one real vLLM engine per session."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from extractor import Catalog, Extractor, ScriptedEngine, Settings
+from extractor.config import repo_root
+
+LANDMARK_TEXT = "阿尔罕布拉宫是西班牙摩尔人统治时期的宫殿建筑。"
+
+
+@pytest.fixture(scope="session")
+def catalog() -> Catalog:
+    return Catalog.load(repo_root())
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings.from_env({}, home=tmp_path / "home", engine="scripted")
+
+
+@pytest.fixture
+def engine() -> ScriptedEngine:
+    return ScriptedEngine()
+
+
+@pytest.fixture
+def extractor(catalog: Catalog, settings: Settings, engine: ScriptedEngine) -> Extractor:
+    return Extractor(settings=settings, engine=engine, catalog=catalog)
+
+
+def landmark(**values: str | None) -> str:
+    """A landmark_slots answer: every slot null unless given."""
+    data = dict.fromkeys(("name", "country", "city", "category", "period"))
+    data.update(values)
+    return json.dumps(data, ensure_ascii=False)
+
+
+@pytest.fixture(scope="session")
+def real_extractor() -> Iterator[Extractor]:
+    """The real vLLM engine on the default model, started once for the whole session."""
+    settings = Settings.from_env(engine="vllm", max_num_seqs=16, kv_cache_space_gib=2)
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(settings.kv_cache_space_gib))
+    extractor = Extractor(settings=settings)
+    extractor.start()
+    yield extractor
+    extractor.close()

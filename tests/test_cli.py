@@ -1,0 +1,81 @@
+"""The command line, run as a user runs it (a subprocess) where that matters."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from extractor.cli import main
+from extractor.config import repo_root
+
+from .conftest import LANDMARK_TEXT
+
+
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "extractor.cli", *args],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+def bad_catalog(root: Path) -> Path:
+    (root / "schemas").mkdir(parents=True)
+    (root / "prompts").mkdir()
+    (root / "schemas" / "leak.json").write_text(
+        json.dumps({"type": "object", "properties": {"secret": {"$ref": "file:///etc/passwd"}}})
+    )
+    (root / "prompts" / "leak.j2").write_text("{{ text }}")
+    (root / "schemas" / "fine.json").write_text(json.dumps({"type": "object", "properties": {"a": {"type": "string"}}}))
+    (root / "prompts" / "fine.j2").write_text("Extract a from: {{ text }}")
+    return root
+
+
+def test_tasks_check_names_the_bad_file(tmp_path: Path) -> None:
+    root = bad_catalog(tmp_path / "BAD")
+    done = run_cli("tasks", "check", "--tasks-dir", str(root))
+    assert done.returncode == 1
+    assert str(root / "schemas" / "leak.json") in done.stderr
+    assert "#/properties/secret/$ref" in done.stderr and "outside this schema" in done.stderr
+    assert "fine" in done.stdout  # the good task still loads
+
+
+def test_tasks_check_passes_on_shipped_catalog(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["tasks", "check", "--tasks-dir", str(repo_root())]) == 0
+    assert "landmark_slots" in capsys.readouterr().out
+
+
+def test_tasks_env_var_sets_catalog_root(tmp_path: Path) -> None:
+    root = bad_catalog(tmp_path / "cat")
+    done = run_cli("tasks", "--json", env={"EXTRACTOR_TASKS_DIR": str(root)})
+    listed = json.loads(done.stdout)
+    assert [t["name"] for t in listed["tasks"]] == ["fine"] and len(listed["errors"]) == 1
+
+
+def test_extract_dry_run_on_scripted_engine() -> None:
+    done = run_cli("extract", "landmark_slots", "--engine", "scripted", stdin=LANDMARK_TEXT)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["task"] == "landmark_slots" and result["model"] == "scripted-dry-run"
+
+
+def test_unknown_task_and_missing_text(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["extract", "nope", "--text", "x", "--engine", "scripted"]) == 2
+    assert "unknown task 'nope'; known tasks: landmark_slots" in capsys.readouterr().err
+
+
+def test_model_not_prepared_names_the_command(tmp_path: Path) -> None:
+    done = run_cli("extract", "landmark_slots", "--text", LANDMARK_TEXT, "--home", str(tmp_path))
+    assert done.returncode == 2
+    assert "extractor model prepare" in done.stderr

@@ -1,0 +1,92 @@
+"""The real thing: vLLM on the embedded default model, one engine for the whole session.
+
+Few tests, each batching its calls: the engine takes about a minute to start on 2 CPU cores
+and a few seconds per extraction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import uvicorn
+
+from extractor import ExtractionFailed, ExtractionResult, Extractor
+from extractor.grounding import string_leaves
+from extractor.server import create_app
+
+from .conftest import LANDMARK_TEXT
+
+pytestmark = pytest.mark.engine
+
+SNIPS = [  # SNIPS dev utterances (CC0)
+    ("snips_get_weather", "What will the weather be in Lago Vista Tennessee on feb. 2nd, 2037?"),
+    ("snips_play_music", "play the top-20 Ramin Djawadi album on Deezer"),
+    ("snips_book_restaurant", "book a table for 3 at a restaurant in Montana"),
+    ("snips_rate_book", "rate this novel 2 out of 6"),
+    ("snips_search_screening_event", "find movie schedules for Bow Tie Cinemas"),
+]
+
+
+def assert_grounded_and_valid(extractor: Extractor, result: ExtractionResult, text: str) -> None:
+    task = extractor.task(result.task)
+    assert list(task.validator.iter_errors(result.data)) == []
+    for pointer, value in string_leaves(result.data):
+        # flag grounding: a value not in the text is marked, never silently passed as grounded
+        span = next(s for s in result.spans if s.path == pointer)
+        if span.status == "exact":
+            assert text[span.start : span.end] == value
+
+
+def test_landmark_and_snips_batched(real_extractor: Extractor) -> None:
+    jobs = [("landmark_slots", LANDMARK_TEXT), *SNIPS]
+
+    async def run_all() -> list[ExtractionResult | BaseException]:
+        return await asyncio.gather(*(real_extractor.aextract(t, x) for t, x in jobs), return_exceptions=True)
+
+    results = asyncio.run(run_all())
+    for (task, text), result in zip(jobs, results, strict=True):
+        if isinstance(result, ExtractionFailed):
+            pytest.fail(f"{task}: {result}")
+        assert isinstance(result, ExtractionResult), result
+        assert result.task == task and result.model
+        assert_grounded_and_valid(real_extractor, result, text)
+        assert result.attempts[-1].completion_tokens > 0
+    landmark = results[0]
+    assert isinstance(landmark, ExtractionResult)
+    assert landmark.value is not None and landmark.data["name"]
+    # the small model keeps to the text on this sentence: at least the name is found in it
+    assert next(s for s in landmark.spans if s.path == "/name").status != "missing"
+
+
+@pytest.fixture(scope="module")
+def live_server(real_extractor: Extractor) -> Iterator[str]:
+    config = uvicorn.Config(create_app(real_extractor), host="127.0.0.1", port=0, log_level="warning")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "server did not start"
+        time.sleep(0.05)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def test_http_extract_through_real_app(live_server: str) -> None:
+    with httpx.Client(base_url=live_server, timeout=120) as client:
+        response = client.post("/extract/landmark_slots", json={"text": LANDMARK_TEXT})
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert body["task"] == "landmark_slots" and set(body["data"]) >= {"name", "country"}
+        assert body["attempts"] and body["usage"]["completion_tokens"] > 0
+        assert client.post("/extract/nope", json={"text": "x"}).status_code == 404
+        assert client.post("/extract/landmark_slots", json={"txt": "x"}).status_code == 422
+        assert json.loads(client.get("/tasks").text)["errors"] == []
