@@ -11,7 +11,7 @@ VLLM_EXTRA := $(if $(HAS_GPU),gpu,cpu)
 # Real-engine tests start vLLM once; on CPU it needs KV-cache space set in GiB.
 export VLLM_CPU_KVCACHE_SPACE ?= 2
 
-.PHONY: setup serve test test-fast lint fix bench clean
+.PHONY: setup serve test test-fast lint fix bench bench-quick clean
 
 setup: $(STAMP)
 	@$(VENV)/bin/extractor model prepare
@@ -38,6 +38,15 @@ test: setup
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not engine"
+
+# Benchmarks start vLLM: one engine at a time on a shared machine (flock where available).
+ENGINE_LOCK := $(if $(shell command -v flock),flock /tmp/extractor-engine.lock)
+
+bench: setup
+	$(ENGINE_LOCK) $(PY) -m bench.run $(ARGS)
+
+bench-quick: setup
+	$(ENGINE_LOCK) $(PY) -m bench.run --quick
 
 lint: setup
 	$(VENV)/bin/ruff check extractor tests bench

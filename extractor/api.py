@@ -56,10 +56,17 @@ class Extractor:
         return self.catalog.get(name)
 
     def typed_model(self, name: str) -> TypedModel:
-        """The pydantic model built from the task's schema (cached per task)."""
+        """The pydantic model built from the task's schema (built once per task, at catalog load)."""
         if name not in self._typed:
-            self._typed[name] = model_for_schema(self.task(name).schema, name=name)
+            spec = self.task(name)
+            self._typed[name] = spec.typed or model_for_schema(spec.schema, name=name)
         return self._typed[name]
+
+    def _typed_or_none(self, name: str) -> TypedModel | None:
+        try:
+            return self.typed_model(name)
+        except Exception:  # noqa: BLE001 - reported as a task warning at load; result.value is then None
+            return None
 
     async def astart(self) -> None:
         """Start the engine (loads the model); idempotent."""
@@ -82,6 +89,8 @@ class Extractor:
         max_tokens: int | None = None,
         max_attempts: int | None = None,
         grounding: GroundingPolicy | None = None,
+        chunk: bool | None = None,
+        grounded_decoding: bool | None = None,
     ) -> ExtractionResult: ...
 
     @overload
@@ -95,6 +104,8 @@ class Extractor:
         max_tokens: int | None = None,
         max_attempts: int | None = None,
         grounding: GroundingPolicy | None = None,
+        chunk: bool | None = None,
+        grounded_decoding: bool | None = None,
     ) -> M: ...
 
     async def aextract(
@@ -107,15 +118,29 @@ class Extractor:
         max_tokens: int | None = None,
         max_attempts: int | None = None,
         grounding: GroundingPolicy | None = None,
+        chunk: bool | None = None,
+        grounded_decoding: bool | None = None,
     ) -> ExtractionResult | M:
-        """Extract one text. With ``output_type``, return the data as that pydantic model."""
+        """Extract one text. With ``output_type``, return the data as that pydantic model.
+
+        Options left None take the task's setting (``x-extractor``), then the global one:
+        ``grounding`` (strict, flag or off); ``chunk`` (split a text too long for the model
+        window into overlapping chunks instead of failing with TextTooLongError);
+        ``grounded_decoding`` (True: constrain every grounded string field to spans of the
+        text while decoding; False: not even fields marked ``x-extractive``).
+        """
         spec = self.task(task)
         await self.astart()
         options = pipeline.Options(
-            temperature=temperature, max_tokens=max_tokens, max_attempts=max_attempts, grounding=grounding
+            temperature=temperature,
+            max_tokens=max_tokens,
+            max_attempts=max_attempts,
+            grounding=grounding,
+            chunk=chunk,
+            grounded_decoding=grounded_decoding,
         )
         result = await pipeline.run(
-            spec, text, engine=self.engine, settings=self.settings, options=options, typed=self.typed_model(task)
+            spec, text, engine=self.engine, settings=self.settings, options=options, typed=self._typed_or_none(task)
         )
         if output_type is not None:
             return output_type.model_validate(result.data)

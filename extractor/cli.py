@@ -1,12 +1,14 @@
-"""The ``extractor`` command line: extract, tasks, tasks check, model prepare, serve."""
+"""The ``extractor`` command line: extract, batch, eval, tasks, tasks check, model prepare, serve."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import typing
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -17,12 +19,26 @@ from extractor.errors import ExtractionFailed, ExtractorError
 _SETTING_HELP = {
     "home": "cache folder for converted models (EXTRACTOR_HOME)",
     "tasks_dir": "catalog root holding schemas/ and prompts/ (EXTRACTOR_TASKS_DIR)",
-    "engine": "vllm (default) or scripted (a dry run answering with each task's first example)",
+    "engine": "vllm (default, in-process), remote (OpenAI-compatible servers at --remote-urls) or scripted "
+    "(a dry run answering with each task's first example)",
+    "remote_urls": "engine remote: base URLs of `vllm serve` servers, comma-separated (EXTRACTOR_REMOTE_URLS)",
+    "remote_api_key": "engine remote: bearer token for the servers; prefer EXTRACTOR_REMOTE_API_KEY",
     "model": "'default' (embedded SmolLM2-135M-Instruct) or a model directory",
     "grammar_backend": "guidance (default) or xgrammar",
 }
 # Flags that only matter to some commands are still accepted everywhere: one vocabulary.
-_SERVE_ONLY = {"host", "port"}
+_SERVE_ONLY = {
+    "host",
+    "port",
+    "max_in_flight",
+    "max_queued",
+    "max_batch_items",
+    "max_body_bytes",
+    "request_timeout_s",
+    "ready_cache_s",
+    "shutdown_timeout_s",
+    "chat_max_tokens",
+}
 
 
 def _add_settings(parser: argparse.ArgumentParser, *, serve: bool = False) -> None:
@@ -42,6 +58,14 @@ def _add_settings(parser: argparse.ArgumentParser, *, serve: bool = False) -> No
         )
 
 
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--grounding", choices=["strict", "flag", "off"])
+    parser.add_argument("--concurrency", type=int, help="extractions in flight (default: max-num-seqs)")
+    parser.add_argument(
+        "--progress-interval", type=float, default=10.0, help="seconds between progress lines when not on a terminal"
+    )
+
+
 def _settings(args: argparse.Namespace) -> Settings:
     overrides = {f.name: getattr(args, f.name, None) for f in fields(Settings)}
     return Settings.from_env(**overrides)
@@ -49,6 +73,24 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def _print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, ensure_ascii=False, indent=2) + "\n")
+
+
+@contextlib.contextmanager
+def _engine_output_to_stderr() -> Iterator[None]:
+    """Point file descriptor 1 at stderr while the engine runs.
+
+    vLLM and the worker processes it spawns log to stdout; the command's stdout is for the JSON
+    result alone, so that `extractor extract ... | jq` works.
+    """
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _cmd_extract(args: argparse.Namespace) -> int:
@@ -65,14 +107,17 @@ def _cmd_extract(args: argparse.Namespace) -> int:
     extractor = Extractor(settings=_settings(args))
     extractor.task(args.task)  # fail fast on an unknown task, before loading the model
     try:
-        result = extractor.extract(
-            args.task,
-            text,
-            temperature=args.temperature,
-            max_attempts=args.max_attempts,
-            max_tokens=args.max_tokens,
-            grounding=args.grounding,
-        )
+        with _engine_output_to_stderr():
+            result = extractor.extract(
+                args.task,
+                text,
+                temperature=args.temperature,
+                max_attempts=args.max_attempts,
+                max_tokens=args.max_tokens,
+                grounding=args.grounding,
+                chunk=args.chunk,
+                grounded_decoding=args.grounded_decoding,
+            )
     except ExtractionFailed as error:
         _print_json(
             {
@@ -133,18 +178,99 @@ def _cmd_model(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from extractor.api import Extractor
-    from extractor.server import create_app
+def _cmd_codegen(args: argparse.Namespace) -> int:
+    from extractor.codegen import render_module
+    from extractor.tasks import Catalog
 
     settings = _settings(args)
-    extractor = Extractor(settings=settings)
+    task = Catalog.load(settings.tasks_dir, backend=settings.grammar_backend).get(args.task)
+    source = render_module(task)
+    if args.output:
+        Path(args.output).write_text(source, encoding="utf-8")
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(source)
+    return 0
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from extractor.api import Extractor
+    from extractor.server.runner import serve
+
+    extractor = Extractor(settings=_settings(args))
     for error in extractor.catalog.errors:
         print(f"task left out: {error}", file=sys.stderr)
-    uvicorn.run(create_app(extractor), host=settings.host, port=settings.port, log_level="info")
-    extractor.close()
+    try:
+        serve(extractor)  # on SIGTERM/SIGINT: drains the requests in flight, then closes the engine
+    finally:
+        extractor.close()  # idempotent; covers a failure before the app started
+    return 0
+
+
+def _cmd_batch(args: argparse.Namespace) -> int:
+    from extractor import batch
+    from extractor.api import Extractor
+    from extractor.progress import Progress
+
+    settings = _settings(args)
+    config = batch.BatchConfig(
+        task=args.task,
+        input=Path(args.input),
+        output=Path(args.output),
+        text_field=args.text_field,
+        id_field=args.id_field,
+        max_chars=args.max_chars or settings.max_text_chars,
+        concurrency=args.concurrency or settings.max_num_seqs,
+        temperature=args.temperature,
+        max_tokens=args.max_tokens,
+        max_attempts=args.max_attempts,
+        grounding=args.grounding,
+    )
+    progress = Progress(label="batch", interval_s=args.progress_interval)
+    summary = batch.run(Extractor(settings=settings), config, progress=progress)
+    print(summary.text())
+    print(f"summary: {batch.summary_path(config.output)}")
+    return 0
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from extractor import evaluation, gold
+    from extractor.api import Extractor
+    from extractor.progress import Progress
+
+    if len(args.paths) > 2:
+        raise ExtractorError("eval takes [TASK] GOLD.jsonl")
+    task, path = (None, args.paths[0]) if len(args.paths) == 1 else args.paths
+    extractor = Extractor(settings=_settings(args))
+    if task is not None:
+        extractor.task(task)  # fail fast on an unknown task, before loading the model
+    items = gold.load_gold(
+        Path(path),
+        task=task,
+        known=extractor.catalog.names(),
+        task_field=args.task_field,
+        mapping=gold.task_map(args.task_map),
+    )
+    items = gold.select(items, per_task=args.per_task, limit=args.limit)
+    options = {
+        "temperature": args.temperature,
+        "max_tokens": args.max_tokens,
+        "max_attempts": args.max_attempts,
+        "grounding": args.grounding,
+    }
+    report, predictions = evaluation.run(
+        extractor,
+        items,
+        concurrency=args.concurrency or extractor.settings.max_num_seqs,
+        options=options,
+        progress=Progress(label="eval", interval_s=args.progress_interval),
+    )
+    if args.out:
+        evaluation.write_predictions(Path(args.out), predictions)
+    if args.json:
+        _print_json(report)
+    else:
+        print(evaluation.report_text(report, fields=args.fields))
     return 0
 
 
@@ -159,8 +285,24 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--text", help="the text (default: stdin)")
     source.add_argument("--file", help="read the text from this file")
     extract.add_argument("--grounding", choices=["strict", "flag", "off"])
+    extract.add_argument(
+        "--chunk",
+        action=argparse.BooleanOptionalAction,
+        help="split a text too long for the model window into overlapping chunks (default: the task's setting)",
+    )
+    extract.add_argument(
+        "--grounded-decoding",
+        action=argparse.BooleanOptionalAction,
+        help="constrain grounded string fields to spans of the text while decoding (default: the task's setting)",
+    )
     _add_settings(extract)
     extract.set_defaults(handler=_cmd_extract)
+
+    codegen = commands.add_parser("codegen", help="write a pydantic module of a task's models, to type-check against")
+    codegen.add_argument("task")
+    codegen.add_argument("-o", "--output", help="write the module here (default: stdout)")
+    _add_settings(codegen)
+    codegen.set_defaults(handler=_cmd_codegen)
 
     tasks = commands.add_parser("tasks", help="list tasks and load errors; `tasks check` fails on any bad task")
     tasks.add_argument("action", nargs="?", choices=["list", "check"], default="list")
@@ -173,6 +315,30 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--force", action="store_true", help="convert again even if already prepared")
     _add_settings(model)
     model.set_defaults(handler=_cmd_model)
+
+    batch = commands.add_parser("batch", help="extract every line of a JSONL file into a JSONL file, resumably")
+    batch.add_argument("task")
+    batch.add_argument("input", metavar="IN.jsonl", help="one JSON object per line")
+    batch.add_argument("output", metavar="OUT.jsonl", help="one record per input line; re-run to resume")
+    batch.add_argument("--text-field", default="text", help="the key holding the text (default: text)")
+    batch.add_argument("--id-field", default="id", help="the key holding the row id (default: id; else line number)")
+    batch.add_argument("--max-chars", type=int, help="longer texts become error records (default: max-text-chars)")
+    _add_run_options(batch)
+    _add_settings(batch)
+    batch.set_defaults(handler=_cmd_batch)
+
+    evaluate = commands.add_parser("eval", help="score tasks on a gold JSONL file ({text, expected} per line)")
+    evaluate.add_argument("paths", nargs="+", metavar="[TASK] GOLD.jsonl", help="a line's task key overrides TASK")
+    evaluate.add_argument("--task-field", default="task", help="the key naming a line's task (default: task)")
+    evaluate.add_argument("--task-map", help="'snips' (AddToPlaylist -> snips_add_to_playlist) or a JSON file")
+    evaluate.add_argument("--limit", type=int, help="evaluate the first N lines (after --per-task)")
+    evaluate.add_argument("--per-task", type=int, help="evaluate the first N lines of each task")
+    evaluate.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    evaluate.add_argument("--out", help="write the predictions here (JSONL)")
+    evaluate.add_argument("--fields", action="store_true", help="also report each field")
+    _add_run_options(evaluate)
+    _add_settings(evaluate)
+    evaluate.set_defaults(handler=_cmd_eval)
 
     serve = commands.add_parser("serve", help="run the HTTP service")
     _add_settings(serve, serve=True)

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from extractor.errors import ConfigError
 
 GrammarBackend = Literal["guidance", "xgrammar"]
-EngineKind = Literal["vllm", "scripted"]
+EngineKind = Literal["vllm", "scripted", "remote"]
 
 DEFAULT_MODEL = "default"
 MAX_ATTEMPTS_LIMIT = 3
@@ -53,10 +53,27 @@ class Settings:
     max_attempts: int = MAX_ATTEMPTS_LIMIT
     host: str = "127.0.0.1"
     port: int = 8000
+    # engine "remote": OpenAI-compatible servers (`vllm serve`), comma-separated base URLs
+    remote_urls: str = ""
+    remote_api_key: str | None = field(default=None, repr=False)
+    remote_model: str | None = None
+    remote_timeout_s: float = 120.0
+    remote_retries: int = 2
+    # the HTTP service
+    max_in_flight: int = 64
+    max_queued: int = 256
+    max_batch_items: int = 256
+    max_body_bytes: int = 1_048_576
+    max_text_chars: int = 100_000
+    request_timeout_s: float = 120.0
+    ready_cache_s: float = 5.0
+    shutdown_timeout_s: float = 30.0
+    chat_max_tokens: int = 512
+    scripted_delay_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.engine not in ("vllm", "scripted"):
-            raise ConfigError(f"EXTRACTOR_ENGINE: unknown engine {self.engine!r}; use 'vllm' or 'scripted'")
+        if self.engine not in ("vllm", "scripted", "remote"):
+            raise ConfigError(f"EXTRACTOR_ENGINE: unknown engine {self.engine!r}; use 'vllm', 'remote' or 'scripted'")
         if self.grammar_backend not in ("guidance", "xgrammar"):
             raise ConfigError(
                 f"EXTRACTOR_GRAMMAR_BACKEND: unknown backend {self.grammar_backend!r}; use 'guidance' or 'xgrammar'"
@@ -67,6 +84,33 @@ class Settings:
             raise ConfigError("EXTRACTOR_GPU_MEMORY_UTILIZATION: must be in (0, 1]")
         if self.max_model_len < 64 or self.max_tokens < 1:
             raise ConfigError("EXTRACTOR_MAX_MODEL_LEN must be >= 64 and EXTRACTOR_MAX_TOKENS >= 1")
+        self._check_service()
+
+    def _check_service(self) -> None:
+        if self.engine == "remote" and not self.remote_base_urls:
+            raise ConfigError("EXTRACTOR_REMOTE_URLS: engine 'remote' needs one or more base URLs, comma-separated")
+        for url in self.remote_base_urls:
+            if not url.startswith(("http://", "https://")):
+                raise ConfigError(f"EXTRACTOR_REMOTE_URLS: {url!r} is not an http:// or https:// URL")
+        for name in ("remote_retries", "scripted_delay_s"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"EXTRACTOR_{name.upper()}: must be >= 0")
+        positive = ("max_in_flight", "max_batch_items", "max_body_bytes", "max_text_chars", "chat_max_tokens")
+        for name in (*positive, "remote_timeout_s", "request_timeout_s", "shutdown_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"EXTRACTOR_{name.upper()}: must be > 0")
+        if self.max_queued < 0 or self.ready_cache_s < 0:
+            raise ConfigError("EXTRACTOR_MAX_QUEUED and EXTRACTOR_READY_CACHE_S must be >= 0")
+        if self.max_batch_items > self.max_in_flight + self.max_queued:
+            raise ConfigError(
+                "EXTRACTOR_MAX_BATCH_ITEMS: a batch must fit within EXTRACTOR_MAX_IN_FLIGHT + EXTRACTOR_MAX_QUEUED "
+                f"({self.max_in_flight + self.max_queued}), got {self.max_batch_items}"
+            )
+
+    @property
+    def remote_base_urls(self) -> tuple[str, ...]:
+        """``remote_urls`` split on commas, without trailing slashes."""
+        return tuple(u.strip().rstrip("/") for u in self.remote_urls.split(",") if u.strip())
 
     @property
     def models_dir(self) -> Path:

@@ -38,6 +38,16 @@ class UnknownTaskError(ExtractorError):
         super().__init__(f"unknown task {name!r}; known tasks: {listed}")
 
 
+class TaskNotLoadedError(ExtractorError):
+    """The task's files are in the catalog folder, but it was left out at load; carries why."""
+
+    def __init__(self, name: str, errors: Sequence[TaskError]) -> None:
+        self.name = name
+        self.errors = list(errors)
+        reasons = "; ".join(str(e) for e in self.errors)
+        super().__init__(f"task {name!r} was left out of the catalog at load: {reasons}; fix it and restart")
+
+
 class InputError(ExtractorError):
     """The input text cannot be extracted from as given (empty, too long, ...)."""
 
@@ -56,12 +66,36 @@ class TextTooLongError(InputError):
         )
 
 
+class PayloadTooLargeError(InputError):
+    """A request body, a text or a batch is over a configured limit; the message names it."""
+
+
 class EngineError(ExtractorError):
     """The generation engine failed or is not available."""
 
 
 class ModelNotPreparedError(EngineError):
     """The default model has not been converted yet."""
+
+
+class EngineNotReadyError(EngineError):
+    """The engine is still starting, failed to start, or the service is shutting down."""
+
+    def __init__(self, message: str, *, retry_after: int = 5) -> None:
+        self.retry_after = retry_after
+        super().__init__(message)
+
+
+class OverloadedError(ExtractorError):
+    """The service is at its admission limit (in flight + queued); retry later."""
+
+    def __init__(self, message: str, *, retry_after: int = 1) -> None:
+        self.retry_after = retry_after
+        super().__init__(message)
+
+
+class RequestTimeoutError(ExtractorError):
+    """The request ran past the per-request timeout; its engine work was aborted."""
 
 
 class ExtractionFailed(ExtractorError):  # noqa: N818 - the name users catch, as in the docs
@@ -73,3 +107,15 @@ class ExtractionFailed(ExtractorError):  # noqa: N818 - the name users catch, as
         last = self.attempts[-1].errors if self.attempts else []
         detail = "; ".join(last[:3]) if last else "no attempt was made"
         super().__init__(f"task {task!r}: no valid result after {len(self.attempts)} attempt(s): {detail}")
+
+
+class ChunkedExtractionFailed(ExtractionFailed):
+    """A long document's chunks could not all be extracted, or their merge broke the schema.
+
+    Carries every chunk's attempts (each with its ``chunk`` index); the message names the chunk.
+    """
+
+    def __init__(self, task: str, attempts: Sequence[Attempt], *, reason: str) -> None:
+        super().__init__(task, attempts)
+        self.reason = reason
+        self.args = (f"task {task!r}: {reason}",)

@@ -1,22 +1,36 @@
-"""render -> generate -> parse/repair/validate/ground -> re-ask, at most three attempts."""
+"""render -> generate -> parse/repair/validate/ground -> re-ask, at most three attempts.
+
+A text too long for the model window fails with :class:`TextTooLongError` unless chunking is on
+(task setting ``x-extractor.chunking`` or request option ``chunk=True``): then it is split into
+overlapping chunks (:mod:`extractor.chunking`), each chunk runs this loop concurrently, and the
+chunks' results are merged with spans mapped back to offsets in the whole text.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from extractor import grounding
+from extractor import chunking, grounded_decoding, grounding
+from extractor.chunking import Chunk, ChunkOutcome
 from extractor.config import MAX_ATTEMPTS_LIMIT, Settings
 from extractor.engines.base import Engine, GenerationRequest
-from extractor.errors import ExtractionFailed, InputError, TextTooLongError
+from extractor.errors import ChunkedExtractionFailed, ExtractionFailed, InputError, TextTooLongError
 from extractor.grounding import GroundingPolicy, Span
 from extractor.parsing import parse_and_validate, validate
 from extractor.prompting import render
-from extractor.results import Attempt, ExtractionResult, SpanModel, Usage
-from extractor.tasks import Task
+from extractor.results import Attempt, ChunkModel, ExtractionResult, SpanModel, Usage
+from extractor.tasks import ChunkSettings, Task
 from extractor.typed import TypedModel, build_value
+
+# Room kept in each chunk's window for a re-ask: the previous answer and the feedback lines.
+FEEDBACK_RESERVE_TOKENS = 128
+MIN_CHUNK_CHARS = 32
+DEFAULT_OVERLAP_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -27,6 +41,8 @@ class Options:
     max_tokens: int | None = None
     max_attempts: int | None = None
     grounding: GroundingPolicy | None = None
+    chunk: bool | None = None
+    grounded_decoding: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -37,6 +53,9 @@ class Plan:
     max_tokens: int
     max_attempts: int
     grounding: GroundingPolicy
+    chunking: ChunkSettings | None = None
+    # True: every grounded string field; None: only fields marked "x-extractive"; False: none.
+    grounded_decoding: bool | None = None
 
 
 def plan(task: Task, options: Options, settings: Settings) -> Plan:
@@ -50,16 +69,37 @@ def plan(task: Task, options: Options, settings: Settings) -> Plan:
     max_tokens = options.max_tokens or task.settings.max_tokens or settings.max_tokens
     if max_tokens < 1:
         raise InputError(f"max_tokens must be at least 1, got {max_tokens}")
+    if options.chunk is None:
+        chunk_settings = task.settings.chunking
+    else:
+        chunk_settings = (task.settings.chunking or ChunkSettings()) if options.chunk else None
+    decode = options.grounded_decoding
+    if decode is None:
+        decode = True if task.settings.grounded_decoding else None
     return Plan(
         temperature=temperature,
         max_tokens=max_tokens,
         max_attempts=attempts,
         grounding=options.grounding or task.settings.grounding,
+        chunking=chunk_settings,
+        grounded_decoding=decode,
     )
 
 
 def _first(*values: float | None) -> float:
     return next(float(v) for v in values if v is not None)
+
+
+@dataclass
+class Extracted:
+    """One text's (or one chunk's) accepted data, before it becomes a result."""
+
+    data: Any
+    spans: list[Span]
+    removed: list[Span]
+    attempts: list[Attempt]
+    grounded_fields: tuple[str, ...] = ()
+    chunks: list[Chunk] = field(default_factory=list)
 
 
 async def run(
@@ -76,6 +116,21 @@ async def run(
         raise InputError("text is empty: pass the text to extract from")
     p = plan(task, options, settings)
     started = time.perf_counter()
+    pieces = split_for(task, text, p, engine) if p.chunking is not None else None
+    if pieces is None:
+        extracted = await extract_text(task, text, p, engine)
+    else:
+        extracted = await _extract_chunks(task, pieces, p, engine)
+    return _result(task, extracted, engine, started, typed)
+
+
+async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk: int | None = None) -> Extracted:
+    """The attempt loop on one text (a whole document or one chunk; ``chunk`` tags its attempts)."""
+    constrained = None
+    if p.grounded_decoding is not False:
+        constrained = grounded_decoding.constrain(task.schema, text, everywhere=p.grounded_decoding is True)
+    json_schema = constrained.schema if constrained is not None else task.engine_schema
+    fields = constrained.fields if constrained is not None else ()
     attempts: list[Attempt] = []
     feedback: list[str] = []
     previous: str | None = None
@@ -89,7 +144,7 @@ async def run(
                 prompt_tokens=prompt_tokens, max_tokens=p.max_tokens, max_model_len=engine.max_model_len
             )
         request = GenerationRequest(
-            messages=messages, json_schema=task.engine_schema, temperature=p.temperature, max_tokens=p.max_tokens
+            messages=messages, json_schema=json_schema, temperature=p.temperature, max_tokens=p.max_tokens
         )
         t0 = time.perf_counter()
         generation = await engine.generate(request)
@@ -101,7 +156,7 @@ async def run(
         if not errors and p.grounding != "off":
             spans = grounding.locate(text, parsed.value, skip=task.ungrounded)
             if p.grounding == "strict":
-                errors.extend(grounding.missing_messages(spans))
+                errors.extend(grounding.missing_messages(spans, text))
         attempts.append(
             Attempt(
                 number=number,
@@ -112,21 +167,89 @@ async def run(
                 completion_tokens=generation.completion_tokens,
                 finish_reason=generation.finish_reason,
                 latency_ms=(time.perf_counter() - t0) * 1000,
+                chunk=chunk,
             )
         )
         if not errors:
-            return _result(task, parsed.value, spans, [], attempts, engine, started, typed)
+            return Extracted(parsed.value, spans, [], attempts, fields)
         if parsed.ok:
             last_value, last_spans = parsed.value, spans
         feedback, previous = errors, generation.text
     if p.grounding == "strict" and last_value is not None and not validate(task.validator, last_value):
-        # Valid but for values not in the text: drop those, keep the rest if still valid.
-        missing = [s for s in last_spans if s.status == "missing"]
+        # Valid but for values not in the text as written: drop those, keep the rest if still valid.
+        missing = [s for s in last_spans if s.status in grounding.UNGROUNDED]
         pruned = remove_values(last_value, [s.path for s in missing])
         if not validate(task.validator, pruned):
             kept = grounding.locate(text, pruned, skip=task.ungrounded)
-            return _result(task, pruned, kept, missing, attempts, engine, started, typed)
+            return Extracted(pruned, kept, missing, attempts, fields)
     raise ExtractionFailed(task.name, attempts)
+
+
+def split_for(task: Task, text: str, p: Plan, engine: Engine) -> list[Chunk] | None:
+    """The chunks of a text too long for one request (None when it fits, or fits the task's ``max_chars``).
+
+    Without a task ``max_chars``, the size comes from the model window: the prompt of each chunk
+    plus the answer, a previous answer and feedback (for a re-ask) must fit.
+    """
+    assert p.chunking is not None
+    size, overlap = p.chunking.max_chars, p.chunking.overlap
+    whole = engine.count_prompt_tokens(render(task, text))
+    if whole + p.max_tokens <= engine.max_model_len and (size is None or len(text) <= size):
+        return None
+    base = engine.count_prompt_tokens(render(task, ""))
+    room = engine.max_model_len - base - 2 * p.max_tokens - FEEDBACK_RESERVE_TOKENS
+    if room <= 0:
+        raise TextTooLongError(prompt_tokens=base, max_tokens=p.max_tokens, max_model_len=engine.max_model_len)
+    if size is None:
+        chars_per_token = len(text) / max(1, whole - base)
+        size = max(MIN_CHUNK_CHARS, int(room * chars_per_token * 0.9))
+    while True:
+        share = overlap if overlap is not None else DEFAULT_OVERLAP_CHARS
+        pieces = chunking.split(text, max_chars=size, overlap=min(share, size // 2))
+        if all(engine.count_prompt_tokens(render(task, c.text)) - base <= room for c in pieces):
+            return pieces
+        if size <= MIN_CHUNK_CHARS:
+            worst = max(engine.count_prompt_tokens(render(task, c.text)) for c in pieces)
+            raise TextTooLongError(prompt_tokens=worst, max_tokens=p.max_tokens, max_model_len=engine.max_model_len)
+        size = max(MIN_CHUNK_CHARS, size * 3 // 4)
+
+
+async def _extract_chunks(task: Task, pieces: Sequence[Chunk], p: Plan, engine: Engine) -> Extracted:
+    """Every chunk in one concurrent batch, then the merge (see :mod:`extractor.chunking`)."""
+    jobs = [extract_text(task, c.text, p, engine, chunk=i) for i, c in enumerate(pieces)]
+    done = await asyncio.gather(*jobs, return_exceptions=True)
+    attempts = [a for d in done if isinstance(d, Extracted) for a in d.attempts]
+    attempts += [a for d in done if isinstance(d, ExtractionFailed) for a in d.attempts]
+    attempts.sort(key=lambda a: (a.chunk or 0, a.number))
+    for outcome in done:
+        if isinstance(outcome, BaseException) and not isinstance(outcome, ExtractionFailed):
+            raise outcome
+    failed = [i for i, d in enumerate(done) if isinstance(d, ExtractionFailed)]
+    if failed:
+        where = ", ".join(f"{i} (characters {pieces[i].start}-{pieces[i].end})" for i in failed)
+        raise ChunkedExtractionFailed(
+            task.name,
+            attempts,
+            reason=f"no valid result for chunk(s) {where} of {len(pieces)}; see each attempt's errors",
+        )
+    outcomes = [
+        ChunkOutcome(
+            chunk=c,
+            data=d.data,
+            spans=chunking.offset_spans(d.spans, c.start),
+            removed=chunking.offset_spans(d.removed, c.start),
+        )
+        for c, d in zip(pieces, done, strict=True)
+        if isinstance(d, Extracted)
+    ]
+    merged = chunking.merge(outcomes, schema=task.schema)
+    problems = validate(task.validator, merged.data)
+    if problems:
+        raise ChunkedExtractionFailed(
+            task.name, attempts, reason=f"the merged chunks break the schema: {'; '.join(problems[:3])}"
+        )
+    fields = sorted({f for d in done if isinstance(d, Extracted) for f in d.grounded_fields})
+    return Extracted(merged.data, merged.spans, merged.removed, attempts, tuple(fields), list(pieces))
 
 
 def remove_values(data: Any, pointers: list[str]) -> Any:
@@ -148,26 +271,21 @@ def remove_values(data: Any, pointers: list[str]) -> Any:
 
 
 def _result(
-    task: Task,
-    data: Any,
-    spans: list[Span],
-    removed: list[Span],
-    attempts: list[Attempt],
-    engine: Engine,
-    started: float,
-    typed: TypedModel | None,
+    task: Task, extracted: Extracted, engine: Engine, started: float, typed: TypedModel | None
 ) -> ExtractionResult:
     usage = Usage()
-    for attempt in attempts:
+    for attempt in extracted.attempts:
         usage = usage + Usage(prompt_tokens=attempt.prompt_tokens, completion_tokens=attempt.completion_tokens)
     return ExtractionResult(
         task=task.name,
-        data=data,
-        value=build_value(typed, data) if typed is not None else None,
-        spans=[SpanModel(**vars(s)) for s in spans],
-        removed=[SpanModel(**vars(s)) for s in removed],
-        attempts=attempts,
+        data=extracted.data,
+        value=build_value(typed, extracted.data) if typed is not None else None,
+        spans=[SpanModel(**vars(s)) for s in extracted.spans],
+        removed=[SpanModel(**vars(s)) for s in extracted.removed],
+        attempts=extracted.attempts,
         usage=usage,
         model=engine.model_name,
         latency_ms=(time.perf_counter() - started) * 1000,
+        chunks=[ChunkModel(start=c.start, end=c.end) for c in extracted.chunks],
+        grounded_fields=list(extracted.grounded_fields),
     )

@@ -1,4 +1,4 @@
-"""What an extraction returns: every attempt, summed usage, the data and its typed value."""
+"""What an extraction returns: every attempt, summed usage, the data, its spans and its typed value."""
 
 from __future__ import annotations
 
@@ -31,7 +31,17 @@ class SpanModel(BaseModel):
     value: str
     start: int | None
     end: int | None
-    status: Literal["exact", "normalized", "missing"]
+    status: Literal["exact", "normalized", "fuzzy", "missing"] = Field(
+        description="exact: text[start:end] == value; normalized: equal up to case, Unicode form and "
+        "whitespace; fuzzy: a near match (start/end give the text it matched); missing: not found"
+    )
+
+
+class ChunkModel(BaseModel):
+    """One piece of a long document, extracted on its own (code-point offsets)."""
+
+    start: int
+    end: int
 
 
 class Attempt(BaseModel):
@@ -45,6 +55,9 @@ class Attempt(BaseModel):
     completion_tokens: int
     finish_reason: str
     latency_ms: float
+    chunk: int | None = Field(
+        default=None, description="index in `chunks` of the piece this attempt read; null when the text was whole"
+    )
 
     @property
     def valid(self) -> bool:
@@ -61,7 +74,16 @@ class ExtractionResult(BaseModel):
     value: Any = Field(default=None, exclude=True, description="`data` as a typed pydantic object")
     spans: list[SpanModel] = Field(default_factory=list)
     removed: list[SpanModel] = Field(
-        default_factory=list, description="values dropped by strict grounding after the last attempt"
+        default_factory=list,
+        description="values dropped: by strict grounding after the last attempt, or past an array's "
+        "maxItems when merging the chunks of a long document",
+    )
+    chunks: list[ChunkModel] = Field(
+        default_factory=list, description="the pieces a long text was split into; empty when it was read whole"
+    )
+    grounded_fields: list[str] = Field(
+        default_factory=list,
+        description="schema pointers of the fields whose decoding was constrained to spans of the text",
     )
     attempts: list[Attempt]
     usage: Usage

@@ -17,9 +17,10 @@ import jsonschema
 from jinja2.sandbox import SandboxedEnvironment
 from jsonschema.validators import Draft202012Validator
 
-from extractor import decoding, grounding
+from extractor import decoding, grounded_decoding, grounding
 from extractor.config import MAX_ATTEMPTS_LIMIT, GrammarBackend
 from extractor.errors import TaskError, UnknownTaskError
+from extractor.typed import TypedModel, model_for_schema
 
 TASK_NAME = re.compile(r"^[a-z0-9_-]{1,64}$")
 PROMPT_SUFFIXES = (".j2", ".jinja", ".jinja2", ".md", ".txt")
@@ -36,6 +37,15 @@ _SETTINGS_SCHEMA: dict[str, Any] = {
         "grounding": {"enum": ["strict", "flag", "off"]},
         "system": {"type": "string"},
         "allow_unenforced": {"type": "boolean"},
+        "grounded_decoding": {"type": "boolean"},
+        "chunking": {  # true, or the sizes (object keywords apply to objects only: specific errors)
+            "type": ["boolean", "object"],
+            "additionalProperties": False,
+            "properties": {
+                "max_chars": {"type": "integer", "minimum": 100},
+                "overlap": {"type": "integer", "minimum": 0},
+            },
+        },
         "examples": {
             "type": "array",
             "items": {
@@ -70,6 +80,14 @@ class FieldInfo:
 
 
 @dataclass(frozen=True)
+class ChunkSettings:
+    """Long-document splitting (``x-extractor.chunking``); None sizes are derived from the model window."""
+
+    max_chars: int | None = None
+    overlap: int | None = None
+
+
+@dataclass(frozen=True)
 class TaskSettings:
     """Per-task settings from the schema's ``x-extractor`` block (None: use the global default)."""
 
@@ -79,6 +97,8 @@ class TaskSettings:
     grounding: Literal["strict", "flag", "off"] = "flag"
     system: str | None = None
     allow_unenforced: bool = False
+    grounded_decoding: bool = False
+    chunking: ChunkSettings | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -97,6 +117,7 @@ class Task:
     ungrounded: frozenset[str]
     warnings: tuple[str, ...] = ()
     engine_schema: Mapping[str, Any] = field(default_factory=dict)
+    typed: TypedModel | None = None
 
     @property
     def title(self) -> str:
@@ -153,6 +174,9 @@ def load_task(schema_path: Path, prompt_dir: Path, *, backend: GrammarBackend = 
     _check_schema(where, schema)
     settings, examples = _read_settings(where, schema)
     warnings = _check_unenforced(where, schema, backend, allow=settings.allow_unenforced)
+    warnings += [f"{where}: {w}" for w in grounded_decoding.check(schema)]
+    typed, typed_warnings = _build_typed(where, schema, name)
+    warnings += typed_warnings
     validator = Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
     ungrounded = grounding.ungrounded_paths(schema)
     _check_examples(where, examples, validator, ungrounded)
@@ -171,6 +195,7 @@ def load_task(schema_path: Path, prompt_dir: Path, *, backend: GrammarBackend = 
         ungrounded=ungrounded,
         warnings=tuple(warnings),
         engine_schema=decoding.engine_schema(schema),
+        typed=typed,
     )
     _check_renders(task)
     return task
@@ -270,8 +295,26 @@ def _read_settings(where: str, schema: Mapping[str, Any]) -> tuple[TaskSettings,
     if error is not None:
         raise TaskError(where, _pointer([SETTINGS_KEY, *error.path]), error.message)
     examples = tuple(Example(text=e["text"], output=e["output"]) for e in raw.get("examples", []))
-    settings = TaskSettings(**{k: v for k, v in raw.items() if k != "examples"})
+    values = {k: v for k, v in raw.items() if k not in ("examples", "chunking")}
+    chunking = raw.get("chunking", False)
+    if isinstance(chunking, dict):
+        size, overlap = chunking.get("max_chars"), chunking.get("overlap")
+        if size is not None and overlap is not None and overlap * 2 > size:
+            raise TaskError(where, f"#/{SETTINGS_KEY}/chunking/overlap", "overlap must be at most half of max_chars")
+        values["chunking"] = ChunkSettings(max_chars=size, overlap=overlap)
+    elif chunking:
+        values["chunking"] = ChunkSettings()
+    settings = TaskSettings(**values)
     return settings, examples
+
+
+def _build_typed(where: str, schema: Mapping[str, Any], name: str) -> tuple[TypedModel | None, list[str]]:
+    """The pydantic model behind ``result.value``; constructs it types loosely become load warnings."""
+    try:
+        typed = model_for_schema(schema, name=name)
+    except Exception as error:  # noqa: BLE001 - a typing gap must never cost the task itself
+        return None, [f"{where}: cannot build the typed model ({error}); result.value will be None"]
+    return typed, [f"{where}: {w} (in result.value)" for w in typed.warnings]
 
 
 def _check_unenforced(where: str, schema: Mapping[str, Any], backend: GrammarBackend, *, allow: bool) -> list[str]:

@@ -79,3 +79,14 @@ def test_model_not_prepared_names_the_command(tmp_path: Path) -> None:
     done = run_cli("extract", "landmark_slots", "--text", LANDMARK_TEXT, "--home", str(tmp_path))
     assert done.returncode == 2
     assert "extractor model prepare" in done.stderr
+
+
+def test_engine_logs_never_reach_stdout(capfd: pytest.CaptureFixture[str]) -> None:
+    from extractor.cli import _engine_output_to_stderr
+
+    with _engine_output_to_stderr():
+        os.write(1, b"INFO vllm log line\n")  # as vLLM's spawned workers do, below Python's sys.stdout
+    print('{"ok": true}')
+    out, err = capfd.readouterr()
+    assert out == '{"ok": true}\n'
+    assert "INFO vllm log line" in err

@@ -80,8 +80,10 @@ def test_decomposed_value_matches_composed_text_as_normalized() -> None:
 
 
 def test_normalized_match_does_not_split_an_accented_letter() -> None:
-    # "Cafe" is not in "Café" (precomposed): matching it would cut the é in half.
-    assert only(locate("Rendez-vous au Café", {"place": "cafe"})).status == "missing"
+    # "Cafe" is not in "Café" (precomposed): a normalized match would cut the é in half. It is
+    # a near match without accents, so fuzzy, and the span takes the whole letter.
+    span = only(locate("Rendez-vous au Café", {"place": "cafe"}))
+    assert (span.status, span.start, span.end) == ("fuzzy", 15, 19)
     assert only(locate("Rendez-vous au Café", {"place": "afé"})).status == "exact"
 
 
@@ -282,3 +284,56 @@ def test_field_path_strips_indices(pointer: str, expected: str) -> None:
 def test_string_leaves_escape_keys_and_index_lists() -> None:
     data = {"a/b": "x", "t~": ["y", {"z": "w"}], "n": 1}
     assert list(string_leaves(data)) == [("/a~1b", "x"), ("/t~0/0", "y"), ("/t~0/1/z", "w")]
+
+
+# --- fuzzy -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "value", "matched"),
+    [
+        (
+            "What will the weather be in Lago Vista Tennessee on feb. 2nd?",
+            "Lago Vista, Tennessee",
+            "Lago Vista Tennessee",
+        ),
+        ("What will the weather be on feb. 2nd, 2037?", "feb 2nd, 2037", "feb. 2nd, 2037"),
+        ("play the top-20 Ramin Djawadi album on Deezer", "Ramin Djawdi", "Ramin Djawadi"),  # whole word, not "Djawad"
+        ("阿尔罕布拉宫是西班牙摩尔人统治时期的宫殿建筑。", "阿尔罕布拉宫殿", "阿尔罕布拉宫"),
+        ("🎉🎉 party at the Musée d'Orsay tonight", "Musee d Orsay", "Musée d'Orsay"),
+    ],
+)
+def test_near_matches_are_fuzzy_with_the_text_they_match(text: str, value: str, matched: str) -> None:
+    span = only(locate(text, {"v": value}))
+    assert span.status == "fuzzy"
+    assert span.start is not None and span.end is not None
+    assert text[span.start : span.end] == matched
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("Meet me in Paris", "London"),
+        ("Weather in Tennessee", "Tenesse"),  # one letter short in seven: below the threshold
+        ("Meet me in Paris", "Pz"),  # too short to guess
+        ("中文 文本　北京 市", "北京市"),
+    ],
+)
+def test_distant_or_short_values_stay_missing(text: str, value: str) -> None:
+    assert only(locate(text, {"v": value})).status == "missing"
+
+
+def test_exact_and_normalized_win_over_fuzzy() -> None:
+    spans = locate("in New  York and Lago Vista", {"a": "New York", "b": "lago vista"})
+    assert [s.status for s in spans] == ["normalized", "normalized"]
+
+
+def test_feedback_quotes_the_text_a_fuzzy_value_nearly_matches() -> None:
+    text = "rain in Lago Vista Tennessee"
+    spans = locate(text, {"city": "Lago Vista, Tennessee", "state": "Ohio", "when": "rain"})
+    assert [s.status for s in spans] == ["fuzzy", "missing", "exact"]
+    assert missing_messages(spans, text) == [
+        "/city: 'Lago Vista, Tennessee' does not occur in the text; the text says 'Lago Vista Tennessee': "
+        "copy it exactly",
+        "/state: 'Ohio' does not occur in the text; copy values exactly from the text",
+    ]

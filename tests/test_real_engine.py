@@ -11,16 +11,19 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 import uvicorn
 
 from extractor import ExtractionFailed, ExtractionResult, Extractor
+from extractor.codegen import render_module
 from extractor.grounding import string_leaves
 from extractor.server import create_app
 
 from .conftest import LANDMARK_TEXT
+from .test_codegen import load_module
 
 pytestmark = pytest.mark.engine
 
@@ -31,6 +34,7 @@ SNIPS = [  # SNIPS dev utterances (CC0)
     ("snips_rate_book", "rate this novel 2 out of 6"),
     ("snips_search_screening_event", "find movie schedules for Bow Tie Cinemas"),
 ]
+LONG_TEXT = LANDMARK_TEXT + "故宫是中国明清两代的皇家宫殿，位于北京。" * 300  # ~6,000 characters
 
 
 def assert_grounded_and_valid(extractor: Extractor, result: ExtractionResult, text: str) -> None:
@@ -43,13 +47,24 @@ def assert_grounded_and_valid(extractor: Extractor, result: ExtractionResult, te
             assert text[span.start : span.end] == value
 
 
-def test_landmark_and_snips_batched(real_extractor: Extractor) -> None:
+def test_landmark_and_snips_batched(real_extractor: Extractor, tmp_path: Path) -> None:
     jobs = [("landmark_slots", LANDMARK_TEXT), *SNIPS]
 
     async def run_all() -> list[ExtractionResult | BaseException]:
-        return await asyncio.gather(*(real_extractor.aextract(t, x) for t, x in jobs), return_exceptions=True)
+        calls = [real_extractor.aextract(t, x) for t, x in jobs]
+        # the same landmark sentence with every slot decoded as a span of the text (guidance enums)
+        calls.append(real_extractor.aextract("landmark_slots", LANDMARK_TEXT, grounded_decoding=True))
+        # a text past the model window, split by the real tokenizer's count
+        calls.append(real_extractor.aextract("landmark_slots", LONG_TEXT, chunk=True))
+        return await asyncio.gather(*calls, return_exceptions=True)
 
     results = asyncio.run(run_all())
+    chunked, grounded = results.pop(), results.pop()
+    assert isinstance(grounded, ExtractionResult), grounded
+    assert len(grounded.grounded_fields) == 5 and all(s.status == "exact" for s in grounded.spans)
+    assert isinstance(chunked, ExtractionResult), chunked
+    assert len(chunked.chunks) >= 2 and chunked.chunks[-1].end == len(LONG_TEXT)
+    assert_grounded_and_valid(real_extractor, chunked, LONG_TEXT)  # exact spans hold in the whole text
     for (task, text), result in zip(jobs, results, strict=True):
         if isinstance(result, ExtractionFailed):
             pytest.fail(f"{task}: {result}")
@@ -62,6 +77,9 @@ def test_landmark_and_snips_batched(real_extractor: Extractor) -> None:
     assert landmark.value is not None and landmark.data["name"]
     # the small model keeps to the text on this sentence: at least the name is found in it
     assert next(s for s in landmark.spans if s.path == "/name").status != "missing"
+    # `extractor codegen`'s module validates the real result
+    (tmp_path / "landmark_model.py").write_text(render_module(real_extractor.task("landmark_slots")), "utf-8")
+    assert load_module(tmp_path / "landmark_model.py").Model.model_validate(landmark.data).model_dump() == landmark.data
 
 
 @pytest.fixture(scope="module")

@@ -1,17 +1,27 @@
-"""The HTTP app on the scripted engine: routes, status codes, error bodies."""
+"""The HTTP app on the scripted engine: routes, status codes, error bodies, limits, readiness, metrics."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
 
-from extractor import Extractor, ScriptedEngine
+from extractor import Catalog, EngineError, Extractor, ScriptedEngine, Settings
+from extractor.engines.base import GenerationRequest
 from extractor.server import create_app
 from extractor.server.app import NOT_FOUND_MESSAGE
 
 from .conftest import LANDMARK_TEXT, landmark
+
+JSON = {"content-type": "application/json"}
 
 
 @pytest.fixture
@@ -75,3 +85,336 @@ async def test_tasks_lists_catalog(client: httpx.AsyncClient) -> None:
     assert body["errors"] == []
     landmark_task = next(t for t in body["tasks"] if t["name"] == "landmark_slots")
     assert [f["name"] for f in landmark_task["fields"]][:2] == ["name", "country"]
+
+
+# -- helpers for the service tests below ---------------------------------------------------
+
+
+def make_app(catalog: Catalog, tmp_path: Path, engine: ScriptedEngine, **settings: Any) -> FastAPI:
+    base = Settings.from_env({}, home=tmp_path / "home", engine="scripted", **settings)
+    return create_app(Extractor(settings=base, engine=engine, catalog=catalog))
+
+
+@asynccontextmanager
+async def client_for(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as c:
+        yield c
+
+
+def answer_by_text(request: GenerationRequest) -> str:
+    """A landmark answer naming the text's first word, or broken JSON for texts saying 'fail'."""
+    text = request.messages[-1]["content"]
+    if "fail" in text:
+        return "oops"
+    if text == "ping":
+        return "p"
+    return landmark(name="故宫" if "故宫" in text else "阿尔罕布拉宫")
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The value of one sample in a Prometheus exposition (0 when absent)."""
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            sample, value = line.rsplit(" ", 1)
+            if all(f'{k}="{v}"' in sample for k, v in labels.items()):
+                return float(value)
+    return 0.0
+
+
+# -- batch ---------------------------------------------------------------------------------
+
+
+async def test_batch_answers_every_item_in_order(catalog: Catalog, tmp_path: Path) -> None:
+    engine = ScriptedEngine(respond=answer_by_text)
+    app = make_app(catalog, tmp_path, engine, max_text_chars=50)
+    items = [
+        {"id": "a", "text": "故宫位于北京。"},
+        {"id": 2, "text": "please fail"},
+        {"text": "   "},
+        {"id": "long", "text": "长" * 51},
+        {"id": "e", "text": LANDMARK_TEXT},
+    ]
+    async with client_for(app) as client:
+        response = await client.post("/extract/landmark_slots/batch", json={"items": items})
+    assert response.status_code == 200
+    results = response.json()["results"]
+    assert [r["id"] for r in results] == ["a", 2, None, "long", "e"]
+    assert [r["status"] for r in results] == [200, 422, 422, 413, 200]
+    assert results[0]["result"]["data"]["name"] == "故宫" and results[0]["error"] is None
+    assert results[4]["result"]["data"]["name"] == "阿尔罕布拉宫"
+    assert results[1]["error"]["error"] == "extraction_failed" and len(results[1]["error"]["attempts"]) == 3
+    assert "empty" in results[2]["error"]["message"]
+    assert "EXTRACTOR_MAX_TEXT_CHARS" in results[3]["error"]["message"]
+
+
+@pytest.mark.parametrize("body", [{"items": []}, {"items": [{"txt": "x"}]}, {"items": [{"text": 1}]}, {}])
+async def test_bad_batch_body_is_422(client: httpx.AsyncClient, body: object) -> None:
+    response = await client.post("/extract/landmark_slots/batch", json=body)
+    assert response.status_code == 422 and response.json()["error"] == "bad_request"
+
+
+async def test_batch_over_item_limit_is_413(catalog: Catalog, tmp_path: Path) -> None:
+    app = make_app(catalog, tmp_path, ScriptedEngine(respond=answer_by_text), max_batch_items=2)
+    async with client_for(app) as client:
+        response = await client.post("/extract/landmark_slots/batch", json={"items": [{"text": "故宫"}] * 3})
+    assert response.status_code == 413 and "EXTRACTOR_MAX_BATCH_ITEMS" in response.json()["message"]
+
+
+async def test_batch_of_unknown_task_is_404(client: httpx.AsyncClient) -> None:
+    response = await client.post("/extract/..%2fetc/batch", json={"items": [{"text": "x"}]})
+    assert response.status_code == 404 and response.json()["message"] == NOT_FOUND_MESSAGE
+
+
+# -- tasks ---------------------------------------------------------------------------------
+
+
+async def test_task_detail(client: httpx.AsyncClient) -> None:
+    response = await client.get("/tasks/landmark_slots")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["name"] == "landmark_slots" and body["schema"]["type"] == "object"
+    assert "x-extractor" in body["schema"] and "x-extractor" not in body["engine_schema"]
+    assert {"text", "fields"} <= set(body["prompt"]["variables"]) and body["prompt"]["file"] == "landmark_slots.j2"
+    assert body["settings"]["max_attempts"] is None or 1 <= body["settings"]["max_attempts"] <= 3
+    assert body["settings"]["grounding"] in ("flag", "strict", "off")
+
+
+@pytest.mark.parametrize(
+    "name", ["nope", "..", "%2e%2e", "a%00", "..%2f..%2fetc", "..%2F..%2Fetc%2Fpasswd", "LANDMARK"]
+)
+async def test_task_detail_unknown_is_404(client: httpx.AsyncClient, name: str) -> None:
+    response = await client.get(f"/tasks/{name}")
+    assert response.status_code == 404
+    assert response.json() == {"error": "not_found", "message": NOT_FOUND_MESSAGE}
+
+
+async def test_left_out_task_says_why(tmp_path: Path) -> None:
+    (tmp_path / "schemas").mkdir()
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "schemas" / "broken.json").write_text('{"type": "object", "properties": {"a": {"type": "money"}}}')
+    (tmp_path / "prompts" / "broken.j2").write_text("{{ text }}")
+    app = make_app(Catalog.load(tmp_path), tmp_path, ScriptedEngine())
+    async with client_for(app) as client:
+        response = await client.get("/tasks/broken")
+        listed = (await client.get("/tasks")).json()
+    assert response.status_code == 404
+    body = response.json()
+    assert body["error"] == "not_loaded" and "broken.json" in body["detail"][0]["file"]
+    assert listed["tasks"] == [] and len(listed["errors"]) == 1
+
+
+# -- limits, admission, timeouts, readiness ------------------------------------------------
+
+
+async def test_body_over_limit_is_413_before_parsing(catalog: Catalog, tmp_path: Path) -> None:
+    engine = ScriptedEngine(respond=answer_by_text)
+    app = make_app(catalog, tmp_path, engine, max_body_bytes=1000)
+    big = json.dumps({"text": "x" * 2000}).encode()
+
+    async def chunked() -> AsyncIterator[bytes]:  # no Content-Length: counted while read
+        for start in range(0, len(big), 100):
+            yield big[start : start + 100]
+
+    async with client_for(app) as client:
+        declared = await client.post("/extract/landmark_slots", content=big, headers=JSON)
+        streamed = await client.post("/extract/landmark_slots", content=chunked(), headers=JSON)
+        not_json = await client.post("/extract/landmark_slots", content=b"{" * 2000, headers=JSON)
+    for response in (declared, streamed, not_json):
+        assert response.status_code == 413, response.text
+        assert "EXTRACTOR_MAX_BODY_BYTES" in response.json()["message"]
+    assert engine.history == []
+
+
+async def test_text_over_limit_is_413(catalog: Catalog, tmp_path: Path) -> None:
+    app = make_app(catalog, tmp_path, ScriptedEngine(respond=answer_by_text), max_text_chars=10)
+    async with client_for(app) as client:
+        response = await client.post("/extract/landmark_slots", json={"text": "故" * 11})
+    assert response.status_code == 413 and "EXTRACTOR_MAX_TEXT_CHARS" in response.json()["message"]
+
+
+async def test_over_admission_limit_is_429_with_retry_after(catalog: Catalog, tmp_path: Path) -> None:
+    engine = ScriptedEngine(respond=answer_by_text, delay_s=0.3)
+    app = make_app(catalog, tmp_path, engine, max_in_flight=2, max_queued=1, max_batch_items=3)
+    async with client_for(app) as client:
+        responses = await asyncio.gather(
+            *(client.post("/extract/landmark_slots", json={"text": LANDMARK_TEXT}) for _ in range(5))
+        )
+        batch = await client.post("/extract/landmark_slots/batch", json={"items": [{"text": "故宫"}] * 3})
+        metrics_text = (await client.get("/metrics")).text
+    codes = sorted(r.status_code for r in responses)
+    assert codes == [200, 200, 200, 429, 429]
+    rejected = next(r for r in responses if r.status_code == 429)
+    assert int(rejected.headers["retry-after"]) >= 1 and rejected.json()["error"] == "overloaded"
+    assert batch.status_code == 200  # the queue has drained again: a batch of 3 fits
+    assert metric(metrics_text, "extractor_requests_total", status="429", task="landmark_slots") == 2
+    assert metric(metrics_text, "extractor_in_flight") == 0 and metric(metrics_text, "extractor_queue_depth") == 0
+
+
+async def test_past_timeout_is_504_and_aborts(catalog: Catalog, tmp_path: Path) -> None:
+    engine = ScriptedEngine(respond=answer_by_text, delay_s=5)
+    app = make_app(catalog, tmp_path, engine, request_timeout_s=0.2)
+    async with client_for(app) as client:
+        started = time.perf_counter()
+        response = await client.post("/extract/landmark_slots", json={"text": LANDMARK_TEXT})
+    assert response.status_code == 504 and "EXTRACTOR_REQUEST_TIMEOUT_S" in response.json()["message"]
+    assert time.perf_counter() - started < 2
+    assert len(engine.aborted) == 1
+
+
+class SlowStartEngine(ScriptedEngine):
+    """A scripted engine whose start waits for a signal (or fails)."""
+
+    def __init__(self, *, fail: bool = False) -> None:
+        super().__init__(respond=answer_by_text)
+        self.go = asyncio.Event()
+        self.fail = fail
+
+    async def start(self) -> None:
+        await self.go.wait()
+        if self.fail:
+            raise EngineError("no GPU left")
+
+
+async def test_503_while_the_engine_starts_then_ready(catalog: Catalog, tmp_path: Path) -> None:
+    engine = SlowStartEngine()
+    app = make_app(catalog, tmp_path, engine)
+    app.state.service.begin_start()  # what the lifespan does under uvicorn
+    async with client_for(app) as client:
+        alive = await client.get("/healthz")
+        starting = await client.get("/readyz")
+        refused = await client.post("/extract/landmark_slots", json={"text": LANDMARK_TEXT})
+        engine.go.set()
+        await asyncio.sleep(0.05)
+        ready = await client.get("/readyz")
+        again = await client.get("/readyz")
+        served = await client.post("/extract/landmark_slots", json={"text": LANDMARK_TEXT})
+    assert alive.status_code == 200
+    assert starting.status_code == 503 and "starting" in starting.json()["reason"]
+    assert refused.status_code == 503 and refused.json()["error"] == "not_ready" and "retry-after" in refused.headers
+    assert ready.status_code == 200 and ready.json()["ready"] is True and again.status_code == 200
+    canaries = [r for r in engine.history if r.max_tokens == 1]
+    assert len(canaries) == 1  # the second /readyz used the cached answer
+    assert served.status_code == 200
+
+
+async def test_engine_that_failed_to_start_is_503(catalog: Catalog, tmp_path: Path) -> None:
+    engine = SlowStartEngine(fail=True)
+    engine.go.set()
+    app = make_app(catalog, tmp_path, engine)
+    async with client_for(app) as client:
+        ready = await client.get("/readyz")
+        refused = await client.post("/extract/landmark_slots", json={"text": LANDMARK_TEXT})
+    assert ready.status_code == 503 and "no GPU left" in ready.json()["reason"]
+    assert refused.status_code == 503 and "no GPU left" in refused.json()["message"]
+
+
+async def test_canary_failure_is_503(catalog: Catalog, tmp_path: Path) -> None:
+    app = make_app(catalog, tmp_path, ScriptedEngine())  # nothing queued: every generation fails
+    async with client_for(app) as client:
+        ready = await client.get("/readyz")
+    assert ready.status_code == 503 and "canary" in ready.json()["reason"]
+
+
+async def test_draining_refuses_new_requests(catalog: Catalog, tmp_path: Path) -> None:
+    app = make_app(catalog, tmp_path, ScriptedEngine(respond=answer_by_text))
+    app.state.service.draining = True
+    async with client_for(app) as client:
+        refused = await client.post("/extract/landmark_slots", json={"text": LANDMARK_TEXT})
+        ready = await client.get("/readyz")
+    assert refused.status_code == 503 and "shutting down" in refused.json()["message"]
+    assert ready.status_code == 503
+
+
+async def test_client_disconnect_cancels_the_engine_request(catalog: Catalog, tmp_path: Path) -> None:
+    engine = ScriptedEngine(respond=answer_by_text, delay_s=5)
+    app = make_app(catalog, tmp_path, engine)
+    body = json.dumps({"text": LANDMARK_TEXT}).encode()
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop(0)
+        await asyncio.sleep(0.2)  # the client goes away while the engine works
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/extract/landmark_slots",
+        "raw_path": b"/extract/landmark_slots",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        "client": ("127.0.0.1", 1),
+        "server": ("test", 80),
+        "state": {},
+    }
+    started = time.perf_counter()
+    await app(scope, receive, send)
+    assert time.perf_counter() - started < 2
+    assert sent == [] and len(engine.aborted) == 1
+    async with client_for(app) as client:
+        text = (await client.get("/metrics")).text
+    assert metric(text, "extractor_requests_total", status="499", task="landmark_slots") == 1
+    assert metric(text, "extractor_in_flight") == 0
+
+
+# -- metrics and docs ----------------------------------------------------------------------
+
+
+async def test_metrics_count_requests_attempts_and_tokens(catalog: Catalog, tmp_path: Path) -> None:
+    engine = ScriptedEngine(respond=answer_by_text)
+    engine.enqueue(['{"name": "阿尔罕布拉宫", "country": null, "city": null, "category": null, "period": null'])
+    app = make_app(catalog, tmp_path, engine)
+    async with client_for(app) as client:
+        assert (await client.post("/extract/landmark_slots", json={"text": LANDMARK_TEXT})).status_code == 200
+        assert (await client.post("/extract/landmark_slots", json={"text": "fail"})).status_code == 422
+        assert (await client.post("/extract/nope", json={"text": "x"})).status_code == 404
+        response = await client.get("/metrics")
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
+    text = response.text
+    route = "/extract/{task}"
+    assert metric(text, "extractor_requests_total", route=route, task="landmark_slots", status="200") == 1
+    assert metric(text, "extractor_requests_total", route=route, task="landmark_slots", status="422") == 1
+    assert metric(text, "extractor_requests_total", task="-", status="404") == 1
+    assert 'task="nope"' not in text  # unknown names never become labels
+    assert metric(text, "extractor_attempts_total", task="landmark_slots") == 4
+    assert metric(text, "extractor_repairs_total", task="landmark_slots") == 1
+    assert metric(text, "extractor_validation_failures_total", task="landmark_slots") == 3
+    assert metric(text, "extractor_tokens_total", task="landmark_slots", direction="in") > 0
+    assert metric(text, "extractor_tokens_total", task="landmark_slots", direction="out") > 0
+    assert metric(text, "extractor_request_duration_seconds_count", route=route, task="landmark_slots") == 2
+
+
+async def test_openapi_docs(client: httpx.AsyncClient) -> None:
+    assert (await client.get("/docs")).status_code == 200
+    paths = (await client.get("/openapi.json")).json()["paths"]
+    for path in ("/extract/{task}", "/extract/{task}/batch", "/tasks/{task}", "/readyz", "/metrics", "/chat"):
+        assert path in paths
+
+
+async def test_body_without_json_content_type_says_so(client: httpx.AsyncClient) -> None:
+    response = await client.post("/extract/landmark_slots", content=b'{"text": "x"}')
+    assert response.status_code == 422 and "content-type: application/json" in response.json()["message"]
+
+
+async def test_invalid_json_names_the_problem(client: httpx.AsyncClient) -> None:
+    response = await client.post("/extract/landmark_slots", content=b'{"text": ', headers=JSON)
+    assert response.status_code == 422 and "not valid JSON" in response.json()["message"]
+
+
+async def test_lone_surrogates_are_bad_input(client: httpx.AsyncClient) -> None:
+    single = await client.post("/extract/landmark_slots", content=b'{"text": "\\ud800x"}', headers=JSON)
+    batch = await client.post(
+        "/extract/landmark_slots/batch", content=b'{"items": [{"text": "\\ud800"}]}', headers=JSON
+    )
+    assert single.status_code == 422
+    assert batch.status_code == 200 and batch.json()["results"][0]["status"] == 422
+    assert "surrogate" in batch.json()["results"][0]["error"]["message"]

@@ -559,3 +559,42 @@ def test_deep_nesting_is_capped() -> None:
 def test_typed_model_is_frozen(filter_typed: TypedModel) -> None:
     with pytest.raises(AttributeError):
         filter_typed.warnings = ("x",)  # type: ignore[misc]
+
+
+# --- in the catalog and the pipeline ----------------------------------------------------------
+
+
+def test_catalog_builds_each_model_once_and_reports_loose_typing_at_load(tmp_path: Path) -> None:
+    from extractor import Catalog
+
+    (tmp_path / "schemas").mkdir()
+    (tmp_path / "prompts").mkdir()
+    loose = {
+        "type": "object",
+        "properties": {"a": {"type": "string"}, "b": {"not": {"type": "null"}}},
+        "x-extractor": {"allow_unenforced": True},
+    }
+    (tmp_path / "schemas" / "loose.json").write_text(json.dumps(loose), encoding="utf-8")
+    (tmp_path / "prompts" / "loose.j2").write_text("{{ text }}", encoding="utf-8")
+    catalog = Catalog.load(tmp_path)
+    task = catalog.get("loose")  # loaded, not left out
+    assert catalog.errors == [] and task.typed is not None
+    assert any(
+        w.endswith("#/properties/b/not: 'not' cannot be typed; typed as Any (in result.value)") for w in task.warnings
+    )
+    assert any("guidance does not enforce 'not'" in w for w in task.warnings)
+
+
+async def test_result_value_uses_the_tasks_cached_model() -> None:
+    from extractor import Catalog, Extractor, ScriptedEngine, Settings
+
+    catalog = Catalog.load(ROOT)
+    engine = ScriptedEngine(['{"conditions": [{"field": "city", "operator": "eq", "value": "Rome"}]}'] * 2)
+    extractor = Extractor(settings=Settings.from_env({}, engine="scripted"), engine=engine, catalog=catalog)
+    first = await extractor.aextract("query_conditions", "hotels in Rome")
+    second = await extractor.aextract("query_conditions", "hotels in Rome")
+    task = catalog.get("query_conditions")
+    assert task.typed is not None and extractor.typed_model("query_conditions") is task.typed
+    assert type(first.value) is type(second.value) is task.typed.model
+    assert first.value.conditions[0].operator == "eq"
+    assert typing.get_args(task.typed.model.model_fields["conditions"].annotation)[0].__name__ == "Condition"

@@ -7,19 +7,32 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from extractor.engines.base import Engine, Generation, GenerationRequest, Message
+from extractor.engines.base import Engine, Generation, GenerationRequest, Message, StreamingEngine, stream_text
 from extractor.engines.scripted import ScriptedEngine
 
 if TYPE_CHECKING:
     from extractor.config import Settings
 
-__all__ = ["Engine", "Generation", "GenerationRequest", "Message", "ScriptedEngine", "create_engine"]
+__all__ = [
+    "Engine",
+    "Generation",
+    "GenerationRequest",
+    "Message",
+    "ScriptedEngine",
+    "StreamingEngine",
+    "create_engine",
+    "stream_text",
+]
 
 
 def create_engine(settings: Settings) -> Engine:
     """Build the engine the settings name (not started yet)."""
     if settings.engine == "scripted":
-        return ScriptedEngine.echo_examples()
+        return ScriptedEngine.echo_examples(delay_s=settings.scripted_delay_s)
+    if settings.engine == "remote":
+        from extractor.engines.remote import RemoteEngine
+
+        return RemoteEngine(settings)
     from extractor.engines.vllm import VLLMEngine
 
     return VLLMEngine(settings)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 
@@ -67,3 +68,25 @@ class Engine(Protocol):
     async def close(self) -> None:
         """Release the model; idempotent."""
         ...
+
+
+@runtime_checkable
+class StreamingEngine(Engine, Protocol):
+    """An engine that can also stream: the server's ``/chat`` uses it when available."""
+
+    def stream(self, request: GenerationRequest) -> AsyncGenerator[str, None]:
+        """Yield the cumulative text as it grows; closing the iterator early aborts the request."""
+        ...
+
+
+async def stream_text(engine: Engine, request: GenerationRequest) -> AsyncGenerator[str, None]:
+    """Cumulative text from ``engine``: streamed where it can stream, else one final chunk.
+
+    Closing this iterator closes the engine's, which aborts its request.
+    """
+    if not isinstance(engine, StreamingEngine):
+        yield (await engine.generate(request)).text
+        return
+    async with aclosing(engine.stream(request)) as chunks:
+        async for text in chunks:
+            yield text

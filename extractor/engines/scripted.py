@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 
 from extractor.engines.base import Generation, GenerationRequest, Message
 from extractor.errors import EngineError
@@ -16,7 +16,11 @@ class ScriptedEngine:
     """Answers each request with the next queued text, or with ``respond(request)``.
 
     Every request is recorded in :attr:`history`, so tests can assert on the prompts the
-    pipeline sent (for example that a re-ask carries the validation errors).
+    pipeline sent (for example that a re-ask carries the validation errors). A request given up
+    before its answer was complete (a cancelled ``generate``, a stream closed early) is also
+    recorded in :attr:`aborted`. ``delay_s`` makes each answer take that long; a stream spreads
+    it over its chunks of ``chunk_chars`` characters. ``keep`` bounds both records (the newest
+    are kept), for long dry runs.
 
     Example:
         >>> engine = ScriptedEngine(['{"name": "x"}'])
@@ -32,23 +36,29 @@ class ScriptedEngine:
         model_name: str = "scripted",
         max_model_len: int = 4096,
         delay_s: float = 0.0,
+        chunk_chars: int = 4,
+        keep: int | None = None,
     ) -> None:
         self._queue: deque[str] = deque(responses)
         self._respond = respond
         self._model_name = model_name
         self._max_model_len = max_model_len
         self._delay_s = delay_s
+        self._chunk_chars = max(1, chunk_chars)
+        self._keep = keep
         self.history: list[GenerationRequest] = []
+        self.aborted: list[GenerationRequest] = []
 
     @classmethod
-    def echo_examples(cls) -> ScriptedEngine:
+    def echo_examples(cls, *, delay_s: float = 0.0) -> ScriptedEngine:
         """A dry-run engine: answers with the task's first worked example (or ``{}``)."""
 
         def respond(request: GenerationRequest) -> str:
             answers = [m["content"] for m in request.messages if m["role"] == "assistant"]
             return answers[0] if answers else "{}"
 
-        return cls(respond=respond, model_name="scripted-dry-run")
+        # A dry run may serve for days: keep only the newest requests.
+        return cls(respond=respond, model_name="scripted-dry-run", delay_s=delay_s, keep=100)
 
     @property
     def model_name(self) -> str:
@@ -72,18 +82,44 @@ class ScriptedEngine:
         # A stand-in tokenizer: roughly one token per 4 characters, as for English BPE.
         return sum(len(m["content"]) // 4 + 4 for m in messages)
 
-    async def generate(self, request: GenerationRequest) -> Generation:
-        self.history.append(request)
-        if self._delay_s:
-            await asyncio.sleep(self._delay_s)
+    def _record(self, records: list[GenerationRequest], request: GenerationRequest) -> None:
+        records.append(request)
+        if self._keep is not None and len(records) > 2 * self._keep:
+            del records[: -self._keep]
+
+    def _answer(self, request: GenerationRequest) -> str:
+        self._record(self.history, request)
         if self._queue:
-            text = self._queue.popleft()
-        elif self._respond is not None:
-            text = self._respond(request)
-        else:
-            raise EngineError("scripted engine: no response queued for this request")
+            return self._queue.popleft()
+        if self._respond is not None:
+            return self._respond(request)
+        raise EngineError("scripted engine: no response queued for this request")
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        text = self._answer(request)
+        if self._delay_s:
+            try:
+                await asyncio.sleep(self._delay_s)
+            except asyncio.CancelledError:
+                self._record(self.aborted, request)
+                raise
         return Generation(
             text=text,
             prompt_tokens=self.count_prompt_tokens(request.messages),
             completion_tokens=max(1, len(text) // 4),
         )
+
+    async def stream(self, request: GenerationRequest) -> AsyncGenerator[str, None]:
+        """Yield the answer cumulatively, ``chunk_chars`` characters more each time."""
+        text = self._answer(request)
+        ends = [*range(self._chunk_chars, len(text), self._chunk_chars), len(text)]
+        done = False
+        try:
+            for end in ends:
+                if self._delay_s:
+                    await asyncio.sleep(self._delay_s / len(ends))
+                done = end == len(text)  # the last chunk carries the whole answer
+                yield text[:end]
+        finally:
+            if not done:
+                self._record(self.aborted, request)

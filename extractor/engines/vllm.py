@@ -1,24 +1,24 @@
 """In-process vLLM (AsyncLLM) engine.
 
 vLLM's AsyncLLM is bound to the event loop it was created on. We give it a loop of its own on
-a background thread, so one engine serves any caller: a sync CLI, pytest's per-test loops, or
-uvicorn's loop. Calls cross over with ``run_coroutine_threadsafe``; cancelling the caller
-cancels the engine-side task, which aborts the vLLM request.
+a background thread (:class:`~extractor.engines.loop.LoopThread`), so one engine serves any
+caller; cancelling the caller cancels the engine-side task, which aborts the vLLM request.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import os
 import threading
-from collections.abc import AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 from extractor.config import Settings
 from extractor.engines.base import Generation, GenerationRequest, Message
+from extractor.engines.loop import LoopThread
+from extractor.engines.tokenizer import count_chat_tokens, load_tokenizer, render_chat
 from extractor.errors import EngineError
 from extractor.models import resolve_model_dir
 
@@ -44,8 +44,7 @@ class VLLMEngine:
         self._model_dir: Path = resolve_model_dir(settings)
         self._llm: Any = None
         self._tokenizer: Any = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._loop: LoopThread | None = None
         self._start_lock = threading.Lock()
 
     @property
@@ -55,6 +54,11 @@ class VLLMEngine:
     @property
     def max_model_len(self) -> int:
         return self._settings.max_model_len
+
+    @property
+    def unfinished_requests(self) -> int:
+        """Requests vLLM still holds (0 when idle: an aborted request is gone too)."""
+        return int(self._llm.get_num_unfinished_requests()) if self._llm is not None else 0
 
     @property
     def tokenizer(self) -> Any:
@@ -71,19 +75,14 @@ class VLLMEngine:
         with self._start_lock:
             if self._llm is not None:
                 return
-            from transformers import AutoTokenizer
-
-            self._tokenizer = AutoTokenizer.from_pretrained(str(self._model_dir))
-            loop = asyncio.new_event_loop()
-            thread = threading.Thread(target=loop.run_forever, name="extractor-vllm", daemon=True)
-            thread.start()
-            self._loop, self._thread = loop, thread
+            self._tokenizer = load_tokenizer(self._model_dir)
+            loop = LoopThread("extractor-vllm")
             try:
-                self._llm = asyncio.run_coroutine_threadsafe(self._build(), loop).result()
+                self._llm = loop.run(self._build())
             except Exception as error:
-                loop.call_soon_threadsafe(loop.stop)
-                self._loop = None
+                loop.stop()
                 raise EngineError(f"vLLM failed to start on {self._model_dir}: {error}") from error
+            self._loop = loop
 
     def _engine_args(self) -> Any:
         from vllm.config import StructuredOutputsConfig
@@ -112,18 +111,25 @@ class VLLMEngine:
 
         return AsyncLLM.from_engine_args(self._engine_args())
 
-    def _submit(self, coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
+    def _running(self) -> LoopThread:
         if self._loop is None or self._llm is None:
-            coro.close()
             raise EngineError("engine not started; call start() first")
-        return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+        return self._loop
+
+    def _submit(self, coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
+        try:
+            loop = self._running()
+        except EngineError:
+            coro.close()
+            raise
+        return loop.submit(coro)
 
     def render_prompt(self, messages: Sequence[Message]) -> str:
         """The chat rendered with the model's chat template, ready for generation."""
-        return str(self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True))
+        return render_chat(self.tokenizer, messages)
 
     def count_prompt_tokens(self, messages: Sequence[Message]) -> int:
-        return len(self.tokenizer(self.render_prompt(messages), add_special_tokens=False)["input_ids"])
+        return count_chat_tokens(self.tokenizer, messages)
 
     def _sampling(self, request: GenerationRequest) -> Any:
         from vllm import SamplingParams
@@ -155,52 +161,25 @@ class VLLMEngine:
             finish_reason=str(completion.finish_reason or "stop"),
         )
 
-    async def stream(self, request: GenerationRequest) -> AsyncIterator[str]:
+    async def stream(self, request: GenerationRequest) -> AsyncGenerator[str, None]:
         """Yield the cumulative text as it grows; closing the iterator aborts the request."""
-        prompt = self.render_prompt(request.messages)
-        queue: asyncio.Queue[str | BaseException | None] = asyncio.Queue()
-        caller = asyncio.get_running_loop()
+        prompt, params = self.render_prompt(request.messages), self._sampling(request)
 
-        async def pump() -> None:
-            try:
-                async for output in self._llm.generate(prompt, self._sampling(request), request_id=f"ex-{next(_ids)}"):
-                    caller.call_soon_threadsafe(queue.put_nowait, output.outputs[0].text)
-            except BaseException as error:  # noqa: BLE001 - handed to the consumer
-                caller.call_soon_threadsafe(queue.put_nowait, error)
-            finally:
-                caller.call_soon_threadsafe(queue.put_nowait, None)
+        async def texts() -> AsyncIterator[str]:
+            async for output in self._llm.generate(prompt, params, request_id=f"ex-{next(_ids)}"):
+                yield output.outputs[0].text
 
-        future = self._submit(pump())
-        try:
-            while (item := await queue.get()) is not None:
-                if isinstance(item, BaseException):
-                    raise EngineError(f"generation failed: {item}") from item
-                yield item
-        finally:
-            future.cancel()
+        async for text in self._running().stream(texts):
+            yield text
 
     async def close(self) -> None:
         self.close_sync()
 
     def close_sync(self) -> None:
         """Shut vLLM down and stop its loop; idempotent."""
-        llm, loop, thread = self._llm, self._loop, self._thread
-        self._llm = self._loop = self._thread = None
+        llm, loop = self._llm, self._loop
+        self._llm = self._loop = None
         if llm is not None:
             llm.shutdown()
         if loop is not None:
-            # Let vLLM's background tasks see their cancellation before the loop goes away.
-            with contextlib.suppress(Exception):
-                asyncio.run_coroutine_threadsafe(_cancel_pending(), loop).result(timeout=10)
-            loop.call_soon_threadsafe(loop.stop)
-            if thread is not None:
-                thread.join(timeout=10)
-            if not loop.is_running():
-                loop.close()
-
-
-async def _cancel_pending() -> None:
-    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+            loop.stop()

@@ -1,4 +1,4 @@
-"""The app factory and the one place that maps errors to HTTP status codes."""
+"""The app factory: routes, the HTTP gate, error handlers, and the engine starting in the background."""
 
 from __future__ import annotations
 
@@ -12,53 +12,46 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from extractor.api import Extractor
-from extractor.errors import (
-    EngineError,
-    ExtractionFailed,
-    ExtractorError,
-    InputError,
-    UnknownTaskError,
-)
+from extractor.errors import ExtractorError
+from extractor.server.errors import NOT_FOUND_MESSAGE, error_response
+from extractor.server.middleware import HttpGate
 from extractor.server.protocol import ErrorOut
 from extractor.server.routes import router
+from extractor.server.service import Service
 
-NOT_FOUND_MESSAGE = "no such task or route; GET /tasks lists the tasks"
-_STATUS: list[tuple[type[ExtractorError], int, str]] = [
-    (UnknownTaskError, 404, "not_found"),
-    (ExtractionFailed, 422, "extraction_failed"),
-    (InputError, 422, "bad_input"),
-    (EngineError, 503, "engine_unavailable"),
-    (ExtractorError, 500, "internal"),
-]
+__all__ = ["NOT_FOUND_MESSAGE", "create_app", "error_response"]
 
 
-def error_response(error: ExtractorError) -> JSONResponse:
-    """The status code and body for one of our errors."""
-    status, code = next((s, c) for kind, s, c in _STATUS if isinstance(error, kind))
-    message = str(error)
-    if isinstance(error, UnknownTaskError):
-        # Never echo the name or anything from disk: the catalog answers, not the file system.
-        message = NOT_FOUND_MESSAGE
-    body = ErrorOut(
-        error=code,
-        message=message,
-        attempts=error.attempts if isinstance(error, ExtractionFailed) else None,
-    )
-    return JSONResponse(status_code=status, content=body.model_dump(mode="json", exclude_none=True))
+def create_app(extractor: Extractor, *, start_engine: bool = True, close_engine: bool = False) -> FastAPI:
+    """A FastAPI app serving ``extractor``.
 
-
-def create_app(extractor: Extractor, *, start_engine: bool = True) -> FastAPI:
-    """A FastAPI app serving ``extractor``; the engine starts with the app unless told not to."""
+    With ``start_engine``, the engine starts in the background when the app starts: ``/healthz``
+    answers at once, ``/readyz`` turns 200 once a canary generation succeeds, and engine-bound
+    requests get 503 until then. Without a lifespan (or with ``start_engine=False``), the first
+    engine-bound request starts it and waits. With ``close_engine``, the engine is closed when
+    the app shuts down (after uvicorn has drained the requests in flight).
+    """
+    service = Service(extractor)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if start_engine:
-            await extractor.astart()
+            service.begin_start()
         yield
+        await service.stop()
+        if close_engine:
+            await extractor.aclose()
 
     app = FastAPI(title="extractor", version="0.1.0", lifespan=lifespan)
     app.state.extractor = extractor
+    app.state.service = service
     app.include_router(router)
+    app.add_middleware(
+        HttpGate,
+        metrics=service.metrics,
+        max_body_bytes=extractor.settings.max_body_bytes,
+        task_label=service.task_label,
+    )
 
     @app.exception_handler(ExtractorError)
     async def on_extractor_error(request: Request, error: ExtractorError) -> JSONResponse:
@@ -79,8 +72,20 @@ def create_app(extractor: Extractor, *, start_engine: bool = True) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def on_bad_body(request: Request, error: RequestValidationError) -> JSONResponse:
-        detail: Any = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", "")} for e in error.errors()]
-        body = ErrorOut(error="bad_request", message="the request body is invalid; see detail", detail=detail)
+        problems = [(".".join(str(p) for p in e.get("loc", ())), _problem(e)) for e in error.errors()]
+        detail: Any = [{"loc": loc.split("."), "msg": msg} for loc, msg in problems]
+        listed = "; ".join(f"{loc}: {msg}" for loc, msg in problems[:3])
+        message = f"the request body is invalid: {listed}"
+        if "json" not in request.headers.get("content-type", ""):
+            message = "the request body must be JSON, sent with `content-type: application/json`"
+        body = ErrorOut(error="bad_request", message=message, detail=detail)
         return JSONResponse(status_code=422, content=body.model_dump(mode="json", exclude_none=True))
 
     return app
+
+
+def _problem(error: Any) -> str:
+    if error.get("type") == "json_invalid":
+        position = error.get("loc", ("", "?"))[-1]
+        return f"not valid JSON (at character {position}): {error.get('ctx', {}).get('error', '')}".rstrip(": ")
+    return str(error.get("msg", ""))

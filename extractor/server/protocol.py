@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from extractor.results import Attempt
+from extractor.results import Attempt, ExtractionResult
 
 
 class ExtractOptions(BaseModel):
@@ -26,6 +26,24 @@ class ExtractRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     text: str = Field(min_length=1, description="the text to extract from")
+    options: ExtractOptions = Field(default_factory=ExtractOptions)
+
+
+class BatchItem(BaseModel):
+    """One text of a batch. Problems with the text itself become this item's error record."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str | int | None = Field(default=None, description="echoed in the item's result, for matching")
+    text: str
+
+
+class BatchRequest(BaseModel):
+    """Body of ``POST /extract/{task}/batch``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    items: list[BatchItem] = Field(min_length=1)
     options: ExtractOptions = Field(default_factory=ExtractOptions)
 
 
@@ -64,6 +82,24 @@ class TasksOut(BaseModel):
     errors: list[TaskErrorOut]
 
 
+class PromptOut(BaseModel):
+    """A task's prompt template."""
+
+    file: str
+    variables: list[str] = Field(description="the variables the template uses")
+
+
+class TaskDetailOut(TaskOut):
+    """Body of ``GET /tasks/{task}``."""
+
+    json_schema: dict[str, Any] = Field(alias="schema", description="the task's JSON Schema, as written")
+    engine_schema: dict[str, Any] = Field(description="the schema that constrains decoding (x-* keys removed)")
+    prompt: PromptOut
+    settings: dict[str, Any] = Field(description="the task's x-extractor settings (null: the global default)")
+
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
+
+
 class ErrorOut(BaseModel):
     """Body of every error response."""
 
@@ -71,3 +107,48 @@ class ErrorOut(BaseModel):
     message: str
     attempts: list[Attempt] | None = None
     detail: Any = None
+
+
+class BatchItemOut(BaseModel):
+    """One item of a batch: its result, or its error record (never both, never dropped)."""
+
+    id: str | int | None = None
+    status: int = Field(description="the status code this item alone would have had")
+    result: ExtractionResult | None = None
+    error: ErrorOut | None = None
+
+
+class BatchOut(BaseModel):
+    """Body of ``POST /extract/{task}/batch``: one entry per item, in order."""
+
+    results: list[BatchItemOut]
+
+
+class ReadyOut(BaseModel):
+    """Body of ``GET /readyz``."""
+
+    ready: bool
+    model: str
+    reason: str
+
+
+class ChatRequest(BaseModel):
+    """Body of ``POST /chat``, the seed server's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: str = Field(min_length=1, description="the user's message")
+    history: list[tuple[str, str]] = Field(
+        default_factory=list, description="earlier [user, assistant] turns, oldest first"
+    )
+    system: str = "You are a helpful assistant."
+    stream: bool = Field(default=False, description="stream cumulative {'text'} JSON objects, each followed by \\0")
+    user_stop_words: list[str] = Field(default_factory=list, description="stop (and strip) when the text ends in one")
+    max_tokens: int | None = Field(default=None, ge=1, le=8192, description="default: EXTRACTOR_CHAT_MAX_TOKENS")
+    temperature: float = Field(default=0.7, ge=0, le=2)
+
+
+class ChatResponse(BaseModel):
+    """Body of a non-streamed ``POST /chat``; each streamed chunk has this shape too."""
+
+    text: str

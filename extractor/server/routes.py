@@ -1,56 +1,191 @@
-"""Thin routes: wire model in, pipeline call, result out. Errors go to app.error_response."""
+"""Thin routes: wire model in, service call, wire model out. Errors go to server.errors."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from typing import Any
 
 from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
-from extractor.api import Extractor
+from extractor.errors import ExtractorError
 from extractor.results import ExtractionResult
-from extractor.server.protocol import ExtractRequest, FieldOut, TaskErrorOut, TaskOut, TasksOut
+from extractor.server.admission import Ticket
+from extractor.server.errors import error_body
+from extractor.server.metrics import CONTENT_TYPE
+from extractor.server.protocol import (
+    BatchItemOut,
+    BatchOut,
+    BatchRequest,
+    ChatRequest,
+    ChatResponse,
+    ErrorOut,
+    ExtractRequest,
+    FieldOut,
+    PromptOut,
+    ReadyOut,
+    TaskDetailOut,
+    TaskErrorOut,
+    TaskOut,
+    TasksOut,
+)
+from extractor.server.service import Service
+from extractor.tasks import Task
 
 router = APIRouter()
+CHAT_SEPARATOR = b"\0"
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorOut, "description": text}
+    for status, text in [
+        (404, "unknown task"),
+        (413, "body or text over the limit"),
+        (422, "bad body, or no valid result after every attempt"),
+        (429, "over the admission limit (see Retry-After)"),
+        (503, "engine not ready"),
+        (504, "past the per-request timeout"),
+    ]
+}
 
 
-def _extractor(request: Request) -> Extractor:
-    extractor: Extractor = request.app.state.extractor
-    return extractor
+def _service(request: Request) -> Service:
+    service: Service = request.app.state.service
+    return service
 
 
-@router.post("/extract/{task}", response_model=ExtractionResult)
+@router.post("/extract/{task}", response_model=ExtractionResult, responses=_ERRORS)
 async def extract(task: str, body: ExtractRequest, request: Request) -> Any:
     """Extract ``task`` from ``body.text``."""
-    extractor = _extractor(request)
-    extractor.task(task)  # 404 before any work
-    options = body.options
-    return await extractor.aextract(
-        task,
-        body.text,
-        temperature=options.temperature,
-        max_tokens=options.max_tokens,
-        max_attempts=options.max_attempts,
-        grounding=options.grounding,
+    return await _service(request).extract(task, body.text, body.options)
+
+
+@router.post("/extract/{task}/batch", response_model=BatchOut, responses=_ERRORS)
+async def extract_batch(task: str, body: BatchRequest, request: Request) -> BatchOut:
+    """Extract ``task`` from each item: one result or one error record per item, in order."""
+    outcomes = await _service(request).extract_batch(task, body.items, body.options)
+    results = []
+    for item, outcome in zip(body.items, outcomes, strict=True):
+        if isinstance(outcome, ExtractorError):
+            status, error = error_body(outcome)
+            results.append(BatchItemOut(id=item.id, status=status, error=error))
+        else:
+            results.append(BatchItemOut(id=item.id, status=200, result=outcome))
+    return BatchOut(results=results)
+
+
+def _task_out(task: Task) -> TaskOut:
+    return TaskOut(
+        name=task.name,
+        title=task.title,
+        description=task.description,
+        fields=[
+            FieldOut(name=f.name, description=f.description, type=f.type, required=f.required) for f in task.fields
+        ],
+        examples=len(task.examples),
+        warnings=list(task.warnings),
     )
 
 
 @router.get("/tasks", response_model=TasksOut)
 async def tasks(request: Request) -> TasksOut:
     """The loaded tasks, and the tasks left out with their load errors."""
-    catalog = _extractor(request).catalog
+    catalog = _service(request).extractor.catalog
     return TasksOut(
-        tasks=[
-            TaskOut(
-                name=t.name,
-                title=t.title,
-                description=t.description,
-                fields=[
-                    FieldOut(name=f.name, description=f.description, type=f.type, required=f.required) for f in t.fields
-                ],
-                examples=len(t.examples),
-                warnings=list(t.warnings),
-            )
-            for t in (catalog.tasks[name] for name in catalog.names())
-        ],
+        tasks=[_task_out(catalog.tasks[name]) for name in catalog.names()],
         errors=[TaskErrorOut(file=e.path, pointer=e.pointer, message=e.reason) for e in catalog.errors],
     )
+
+
+@router.get("/tasks/{task}", response_model=TaskDetailOut, responses={404: _ERRORS[404]})
+async def task_detail(task: str, request: Request) -> TaskDetailOut:
+    """One task: schema, prompt variables, settings, warnings (a task left out: 404 with why)."""
+    service = _service(request)
+    spec = service.task(task)
+    return TaskDetailOut(
+        **_task_out(spec).model_dump(),
+        schema=dict(spec.schema),
+        engine_schema=dict(spec.engine_schema),
+        prompt=PromptOut(file=spec.prompt_path.name, variables=service.prompt_variables(spec)),
+        settings=dataclasses.asdict(spec.settings),
+    )
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    """The process is alive (says nothing about the engine: see /readyz)."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz", response_model=ReadyOut, responses={503: {"model": ReadyOut}})
+async def readyz(request: Request) -> JSONResponse:
+    """200 when the engine answers a 1-token canary generation (cached a few seconds), else 503."""
+    service = _service(request)
+    ok, reason = await service.readiness()
+    body = ReadyOut(ready=ok, model=service.extractor.engine.model_name, reason=reason)
+    headers = None if ok else {"retry-after": "5"}
+    return JSONResponse(status_code=200 if ok else 503, content=body.model_dump(), headers=headers)
+
+
+@router.get("/metrics", response_class=Response)
+async def metrics(request: Request) -> Response:
+    """Prometheus metrics."""
+    return Response(_service(request).metrics.render(), media_type=CONTENT_TYPE)
+
+
+class _ChatStream(StreamingResponse):
+    """A streamed chat: when it ends, however it ends, its engine request stops and its admission is given back."""
+
+    def __init__(self, chunks: AsyncGenerator[bytes, None], ticket: Ticket) -> None:
+        super().__init__(chunks, media_type="text/plain; charset=utf-8")
+        self._chunks = chunks
+        self._ticket = ticket
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._chunks.aclose()
+            self._ticket.release()
+
+
+def _chunk(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, ensure_ascii=False).encode("utf-8") + CHAT_SEPARATOR
+
+
+async def _chat_chunks(texts: AsyncGenerator[str, None]) -> AsyncGenerator[bytes, None]:
+    text = ""
+    async with aclosing(texts):
+        try:
+            async for text in texts:
+                yield _chunk({"text": text})
+        except ExtractorError as error:  # the status line is gone: the error goes in the stream
+            _, out = error_body(error)
+            yield _chunk({"text": text, **out.model_dump(mode="json", exclude_none=True)})
+
+
+@router.post(
+    "/chat",
+    response_model=ChatResponse,
+    responses={**_ERRORS, 200: {"content": {"text/plain": {}}, "description": "stream: JSON objects, each + \\0"}},
+)
+async def chat(body: ChatRequest, request: Request) -> Response:
+    r"""The seed's chat: ``stream: true`` sends cumulative ``{"text"}`` objects, each followed by ``\0``."""
+    service = _service(request)
+    ticket = await service.admit_chat()
+    streaming = False
+    try:
+        texts = service.chat(service.chat_request(body), body.user_stop_words)
+        if body.stream:
+            streaming = True
+            return _ChatStream(_chat_chunks(texts), ticket)
+        last = ""
+        async with aclosing(texts):
+            async for text in texts:
+                last = text
+        return JSONResponse(ChatResponse(text=last).model_dump())
+    finally:
+        if not streaming:
+            ticket.release()

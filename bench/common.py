@@ -1,0 +1,148 @@
+"""What the benchmark phases share: sizes, the SNIPS sample, the engine settings, the machine."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from extractor import Settings, Task
+from extractor.engines.base import Engine, Generation, GenerationRequest
+from extractor.gold import GoldItem, load_gold, select, task_map
+from extractor.prompting import render
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLD = ROOT.parent / "shared" / "eval" / "snips" / "dev.jsonl"  # shared/ is the repo's sibling
+RESULTS = ROOT / "bench" / "results"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How many documents each measurement uses."""
+
+    throughput_tasks: tuple[str, ...]  # P1 and P3: these tasks, one after another
+    throughput_per_task: int
+    seed_per_task: int  # P2: one request at a time is slow, so fewer
+    quality_per_task: int  # the quality table: the first N lines of every intent
+
+
+QUICK = Sizes(
+    throughput_tasks=("snips_get_weather", "snips_play_music", "snips_book_restaurant"),
+    throughput_per_task=8,
+    seed_per_task=2,
+    quality_per_task=3,
+)
+FULL = Sizes(
+    throughput_tasks=(
+        "snips_add_to_playlist",
+        "snips_book_restaurant",
+        "snips_get_weather",
+        "snips_play_music",
+        "snips_rate_book",
+        "snips_search_creative_work",
+        "snips_search_screening_event",
+    ),
+    throughput_per_task=16,
+    seed_per_task=4,
+    quality_per_task=20,
+)
+# Throughput runs decode greedily, so both sides of a comparison generate the same thing.
+TEMPERATURE = 0.0
+CONCURRENCY = 64
+
+
+def sizes(quick: bool) -> Sizes:
+    return QUICK if quick else FULL
+
+
+def settings() -> Settings:
+    """From the environment (default: the default model in-process), KV cache 2 GiB on CPU.
+
+    ``EXTRACTOR_ENGINE=scripted`` gives a dry run of the whole benchmark in seconds.
+    """
+    return Settings.from_env(kv_cache_space_gib=2)
+
+
+def gold_items(known: Sequence[str]) -> list[GoldItem]:
+    """Every SNIPS dev line, its intent mapped to our task name."""
+    if not GOLD.exists():
+        raise SystemExit(f"{GOLD}: the SNIPS gold file is missing (shared/ must sit beside the repo)")
+    return load_gold(GOLD, task=None, known=known, task_field="intent", mapping=task_map("snips"))
+
+
+def jobs(items: Sequence[GoldItem], tasks: Sequence[str], per_task: int) -> list[GoldItem]:
+    """The first ``per_task`` lines of each of ``tasks``, grouped by task in that order."""
+    chosen = select([i for i in items if i.task in tasks], per_task=per_task)
+    return sorted(chosen, key=lambda i: tasks.index(i.task))
+
+
+def request(task: Task, text: str, *, schema: bool = True, settings_: Settings | None = None) -> GenerationRequest:
+    """The first attempt's request exactly as the pipeline builds it (greedy)."""
+    max_tokens = task.settings.max_tokens or (settings_ or settings()).max_tokens
+    return GenerationRequest(
+        messages=render(task, text),
+        json_schema=task.engine_schema if schema else None,
+        temperature=TEMPERATURE,
+        max_tokens=max_tokens,
+    )
+
+
+async def generate_all(
+    engine: Engine, requests: Sequence[GenerationRequest], *, concurrency: int = CONCURRENCY
+) -> tuple[list[Generation], float]:
+    """Generate every request, ``concurrency`` at once; return the generations and the seconds."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(r: GenerationRequest) -> Generation:
+        async with gate:
+            return await engine.generate(r)
+
+    started = time.perf_counter()
+    results = list(await asyncio.gather(*(one(r) for r in requests)))
+    return results, time.perf_counter() - started
+
+
+def machine() -> dict[str, Any]:
+    """Where the numbers were measured."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory = ""
+    try:
+        kib = int(Path("/proc/meminfo").read_text().split()[1])
+        memory = f"{kib / 1024**2:.0f} GiB"
+    except (OSError, ValueError, IndexError):
+        pass
+    info: dict[str, Any] = {
+        "cpu": cpu,
+        "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "memory": memory,
+        "python": platform.python_version(),
+        "gpu": None,
+    }
+    try:
+        import torch
+        import vllm
+
+        info["vllm"], info["torch"] = vllm.__version__, torch.__version__
+        if torch.cuda.is_available():
+            info["gpu"] = torch.cuda.get_device_name(0)
+    except Exception:  # noqa: BLE001 - the description is best effort
+        pass
+    return info
+
+
+def save(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

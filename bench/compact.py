@@ -1,0 +1,197 @@
+"""Phase 1 of `make bench`, on one engine with compact JSON decoding (the product's):
+
+* P1 pipeline overhead: ``extractor batch`` (files, fsync, parse, validate, ground, re-ask)
+  vs raw ``VLLMEngine.generate`` on the same rendered prompts and schemas, same concurrency;
+* P2 vs the seed: a seed-style client (one request at a time, free generation, ``json.loads``
+  and a corrector loop of up to 3 tries) vs ``Extractor.aextract`` run concurrently;
+* P3, compact side: output tokens per extraction (the raw P1 pass);
+* quality: ``extractor eval`` on a per-intent sample of the SNIPS dev set.
+
+Writes one JSON file; ``bench/run.py`` runs this in its own process and renders the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench import common
+from extractor import ExtractionResult, Extractor, Task
+from extractor.batch import BatchConfig, run_batch
+from extractor.engines.base import Engine, GenerationRequest, Message
+from extractor.evaluation import evaluate
+from extractor.gold import GoldItem
+
+SEED_TRIES = 3
+
+
+async def extractor_batches(extractor: Extractor, items: Sequence[GoldItem]) -> dict[str, Any]:
+    """Run ``extractor batch`` once per task, one after another, as a user would."""
+    totals = {"docs": 0, "ok": 0, "attempts": 0, "completion_tokens": 0, "seconds": 0.0}
+    with tempfile.TemporaryDirectory() as folder:
+        for task in dict.fromkeys(i.task for i in items):
+            source, out = Path(folder, f"{task}.in.jsonl"), Path(folder, f"{task}.out.jsonl")
+            rows = [{"id": i.id, "text": i.text} for i in items if i.task == task]
+            source.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+            config = BatchConfig(
+                task=task, input=source, output=out, concurrency=common.CONCURRENCY, temperature=common.TEMPERATURE
+            )
+            summary = await run_batch(extractor, config)
+            totals["docs"] += summary.rows
+            totals["ok"] += summary.ok
+            totals["attempts"] += summary.attempts
+            totals["completion_tokens"] += summary.completion_tokens
+            totals["seconds"] += summary.elapsed_s
+    return totals
+
+
+async def raw_passes(
+    engine: Engine,
+    extractor: Extractor,
+    items: Sequence[GoldItem],
+    *,
+    transform: Callable[[GenerationRequest], GenerationRequest] | None = None,
+) -> dict[str, Any]:
+    """Raw generate, grouped by task like the batches; tokens and schema validity per output."""
+    seconds, tokens, valid = 0.0, [], 0
+    for task_name in dict.fromkeys(i.task for i in items):
+        task = extractor.task(task_name)
+        requests = [common.request(task, i.text) for i in items if i.task == task_name]
+        requests = [transform(r) for r in requests] if transform else requests
+        generations, took = await common.generate_all(engine, requests)
+        seconds += took
+        tokens += [g.completion_tokens for g in generations]
+        valid += sum(_schema_valid(task, g.text) for g in generations)
+    return {"docs": len(tokens), "seconds": seconds, "completion_tokens": sum(tokens), "valid": valid}
+
+
+def _schema_valid(task: Task, text: str) -> bool:
+    try:
+        return bool(task.validator.is_valid(json.loads(text)))
+    except ValueError:
+        return False
+
+
+@dataclass
+class SeedOutcome:
+    tries: int
+    json_ok: bool
+    schema_valid: bool
+    completion_tokens: int
+
+
+async def seed_extract(engine: Engine, task: Task, text: str) -> SeedOutcome:
+    """The seed's client: free generation, ``json.loads``, re-ask with the parse error."""
+    first = common.request(task, text, schema=False)
+    messages: list[Message] = list(first.messages)
+    tokens = 0
+    for tries in range(1, SEED_TRIES + 1):
+        generation = await engine.generate(
+            GenerationRequest(messages=messages, temperature=first.temperature, max_tokens=first.max_tokens)
+        )
+        tokens += generation.completion_tokens
+        try:
+            value = json.loads(generation.text)
+        except ValueError as error:
+            messages = [
+                *messages,
+                {"role": "assistant", "content": generation.text},
+                {"role": "user", "content": f"That is not valid JSON ({error}). Answer with the JSON object only."},
+            ]
+            continue
+        return SeedOutcome(tries, True, bool(task.validator.is_valid(value)), tokens)
+    return SeedOutcome(SEED_TRIES, False, False, tokens)
+
+
+async def versus_seed(engine: Engine, extractor: Extractor, items: Sequence[GoldItem]) -> dict[str, Any]:
+    started = time.perf_counter()
+    outcomes = [await seed_extract(engine, extractor.task(i.task), i.text) for i in items]  # one at a time
+    seed_s = time.perf_counter() - started
+
+    gate = asyncio.Semaphore(common.CONCURRENCY)
+
+    async def one(item: GoldItem) -> ExtractionResult | None:
+        async with gate:
+            try:
+                result: ExtractionResult = await extractor.aextract(
+                    item.task, item.text, temperature=common.TEMPERATURE
+                )
+                return result
+            except Exception:  # noqa: BLE001 - a failed extraction counts as not valid
+                return None
+
+    started = time.perf_counter()
+    results = await asyncio.gather(*(one(i) for i in items))
+    ours_s = time.perf_counter() - started
+    n = len(items)
+    ok = [r for r in results if r is not None]
+    return {
+        "docs": n,
+        "seed": {
+            "seconds": seed_s,
+            "json_ok_rate": sum(o.json_ok for o in outcomes) / n,
+            "schema_valid_rate": sum(o.schema_valid for o in outcomes) / n,
+            "mean_tries": sum(o.tries for o in outcomes) / n,
+            "completion_tokens": sum(o.completion_tokens for o in outcomes),
+        },
+        "extractor": {
+            "seconds": ours_s,
+            "schema_valid_rate": len(ok) / n,
+            "mean_tries": sum(len(r.attempts) for r in ok) / len(ok) if ok else 0.0,
+            "completion_tokens": sum(r.usage.completion_tokens for r in ok),
+        },
+    }
+
+
+async def main(quick: bool, out: Path) -> None:
+    size = common.sizes(quick)
+    started = time.perf_counter()
+    extractor = Extractor(settings=common.settings())
+    await extractor.astart()
+    engine_start_s = time.perf_counter() - started
+    engine = extractor.engine
+    items = common.gold_items(extractor.catalog.names())
+    throughput = common.jobs(items, size.throughput_tasks, size.throughput_per_task)
+    try:
+        # Warm-up: compile each schema's grammar and fill the prefix cache, for both sides alike.
+        await raw_passes(engine, extractor, throughput)
+        ours = await extractor_batches(extractor, throughput)
+        raw = await raw_passes(engine, extractor, throughput)
+        print(f"bench: P1 done: extractor {ours['seconds']:.1f} s, raw {raw['seconds']:.1f} s", flush=True)
+        seed = await versus_seed(engine, extractor, common.jobs(items, size.throughput_tasks, size.seed_per_task))
+        print(
+            f"bench: P2 done: seed {seed['seed']['seconds']:.1f} s, extractor {seed['extractor']['seconds']:.1f} s",
+            flush=True,
+        )
+        quality_items = common.jobs(items, sorted({i.task for i in items}), size.quality_per_task)
+        quality, _ = await evaluate(extractor, quality_items, concurrency=common.CONCURRENCY)
+        print(f"bench: quality done: F1 {quality['f1']:.3f} on {quality['docs']} docs", flush=True)
+    finally:
+        await extractor.aclose()
+    common.save(
+        out,
+        {
+            "quick": quick,
+            "machine": common.machine(),
+            "model": engine.model_name,
+            "engine_start_s": engine_start_s,
+            "p1": {"extractor": ours, "raw": raw, "tasks": list(size.throughput_tasks)},
+            "p2": seed,
+            "quality": quality,
+        },
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    asyncio.run(main(args.quick, args.out))

@@ -1,0 +1,358 @@
+"""Remote engine: OpenAI-compatible servers (``vllm serve``) behind one extractor.
+
+Scaling out is N vLLM servers, each on its own GPUs, listed in ``EXTRACTOR_REMOTE_URLS``. Each
+request goes to the healthy server with the fewest requests in flight. A server that drops
+connections is marked unhealthy, skipped, and re-probed on ``/health`` until it answers. A 429
+or 503 is retried after its ``Retry-After``; a 400 is the request's fault and is not retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import re
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from extractor.config import Settings
+from extractor.engines.base import Generation, GenerationRequest, Message
+from extractor.engines.loop import LoopThread
+from extractor.engines.tokenizer import count_chat_tokens, load_tokenizer
+from extractor.errors import ConfigError, EngineError, InputError, ModelNotPreparedError
+from extractor.models import resolve_model_dir
+
+_CONTEXT_LENGTH = re.compile(r"context length|too long|max_tokens", re.IGNORECASE)
+_BUSY = (429, 503)
+_FATAL = (400, 401, 403, 404, 413, 422)
+
+
+@dataclass(eq=False)
+class Endpoint:
+    """One server: its load and health as this engine sees them."""
+
+    url: str
+    in_flight: int = 0
+    healthy: bool = True
+    busy_until: float = 0.0
+    last_error: str = ""
+    probe: asyncio.Task[None] | None = field(default=None, repr=False)
+
+
+class _Retry(Exception):  # noqa: N818 - control flow inside this module, never raised out of it
+    """A try failed in a way that another try may not."""
+
+
+def chat_payload(request: GenerationRequest, *, model: str, stream: bool = False) -> dict[str, Any]:
+    """The chat-completions body for one request (pure)."""
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [dict(m) for m in request.messages],
+        "temperature": request.temperature,
+        "max_tokens": request.max_tokens,
+    }
+    if request.stop:
+        body["stop"] = list(request.stop)
+    if request.json_schema is not None:
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": "extraction", "schema": dict(request.json_schema)},
+        }
+    if stream:
+        body["stream"] = True
+    return body
+
+
+def parse_completion(body: Any) -> Generation:
+    """A chat-completions response as a :class:`Generation`; ``ValueError`` when malformed."""
+    try:
+        choice = body["choices"][0]
+        text = choice["message"]["content"] or ""
+        usage = body.get("usage") or {}
+        return Generation(
+            text=str(text),
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
+            finish_reason=str(choice.get("finish_reason") or "stop"),
+        )
+    except (KeyError, IndexError, TypeError, AttributeError) as error:
+        raise ValueError(f"not a chat completion: {error!r}") from None
+
+
+def retry_after_s(headers: Mapping[str, str], *, default: float = 1.0, cap: float = 30.0) -> float:
+    """Seconds to wait from a ``Retry-After`` header (seconds form), bounded by ``cap``."""
+    try:
+        value = float(headers.get("retry-after", default))
+    except ValueError:
+        value = default
+    return min(max(value, 0.0), cap)
+
+
+def error_message(response: httpx.Response) -> str:
+    """The server's error message from an OpenAI-style error body, else the raw text."""
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:500]
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict) and "message" in error:
+        return str(error["message"])
+    if isinstance(body, dict) and "message" in body:
+        return str(body["message"])
+    return response.text[:500]
+
+
+class RemoteEngine:
+    """Chat completions with structured outputs on one or more OpenAI-compatible servers.
+
+    Its I/O runs on a loop of its own (:class:`~extractor.engines.loop.LoopThread`), so the
+    connection pool and the health probes outlive any one caller's event loop.
+    """
+
+    def __init__(self, settings: Settings, *, probe_interval_s: float = 2.0, max_retry_wait_s: float = 30.0) -> None:
+        if not settings.remote_base_urls:
+            raise ConfigError("EXTRACTOR_REMOTE_URLS: the remote engine needs one or more base URLs")
+        self._settings = settings
+        self.endpoints = [Endpoint(url) for url in settings.remote_base_urls]
+        self._probe_interval_s = probe_interval_s
+        self._max_retry_wait_s = max_retry_wait_s
+        self._loop: LoopThread | None = None
+        self._client: httpx.AsyncClient | None = None
+        self._tokenizer: Any = None
+        self._served_model: str | None = settings.remote_model
+        self._max_model_len = settings.max_model_len
+        self._turn = itertools.count()
+
+    @property
+    def model_name(self) -> str:
+        return self._served_model or self._settings.model
+
+    @property
+    def max_model_len(self) -> int:
+        return self._max_model_len
+
+    async def start(self) -> None:
+        """Load the tokenizer if the model is local, open the connection pool, probe the servers."""
+        if self._loop is not None:
+            return
+        self._tokenizer = await asyncio.to_thread(self._local_tokenizer)
+        loop = LoopThread("extractor-remote")
+        try:
+            await loop.submit(self._open_pool())
+        except BaseException:
+            loop.stop()
+            raise
+        self._loop = loop
+
+    def _local_tokenizer(self) -> Any:
+        try:
+            model_dir = resolve_model_dir(self._settings)
+        except (ConfigError, ModelNotPreparedError):
+            return None  # counted approximately; the server rejects a prompt that does not fit
+        return load_tokenizer(model_dir)
+
+    async def _open_pool(self) -> None:
+        s = self._settings
+        headers = {"authorization": f"Bearer {s.remote_api_key}"} if s.remote_api_key else {}
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(s.remote_timeout_s, connect=min(5.0, s.remote_timeout_s)),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
+            headers=headers,
+        )
+        await asyncio.gather(*(self._check(ep) for ep in self.endpoints))
+
+    def _running(self) -> LoopThread:
+        if self._loop is None:
+            raise EngineError("remote engine not started; call start() first")
+        return self._loop
+
+    @property
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            raise EngineError("remote engine not started; call start() first")
+        return self._client
+
+    async def _check(self, endpoint: Endpoint) -> None:
+        """Probe once; an endpoint that does not answer is re-probed in the background."""
+        if not await self._healthy(endpoint):
+            self._mark_unhealthy(endpoint, endpoint.last_error or "no answer on /health")
+        elif self._served_model is None:
+            await self._discover(endpoint)
+
+    async def _healthy(self, endpoint: Endpoint) -> bool:
+        try:
+            response = await self._http.get(f"{endpoint.url}/health", timeout=5.0)
+        except httpx.HTTPError as error:
+            endpoint.last_error = f"/health: {type(error).__name__}"
+            return False
+        endpoint.last_error = "" if response.status_code == 200 else f"/health answered {response.status_code}"
+        return response.status_code == 200
+
+    async def _discover(self, endpoint: Endpoint) -> None:
+        """Learn the served model's name and window from ``/v1/models``."""
+        with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+            response = await self._http.get(f"{endpoint.url}/v1/models", timeout=5.0)
+            card = response.json()["data"][0]
+            self._served_model = self._served_model or str(card["id"])
+            if card.get("max_model_len"):
+                self._max_model_len = int(card["max_model_len"])
+
+    def _mark_unhealthy(self, endpoint: Endpoint, reason: str) -> None:
+        endpoint.healthy = False
+        endpoint.last_error = reason
+        if endpoint.probe is None or endpoint.probe.done():
+            endpoint.probe = asyncio.create_task(self._reprobe(endpoint))
+
+    async def _reprobe(self, endpoint: Endpoint) -> None:
+        while not await self._healthy(endpoint):
+            await asyncio.sleep(self._probe_interval_s)
+        endpoint.healthy = True
+        if self._served_model is None:
+            await self._discover(endpoint)
+
+    def count_prompt_tokens(self, messages: Sequence[Message]) -> int:
+        if self._tokenizer is not None:
+            return count_chat_tokens(self._tokenizer, messages)
+        # No local tokenizer: a low estimate (about 4 characters a token); a prompt that does
+        # not fit is then rejected by the server, and that rejection becomes an InputError.
+        return sum(len(m["content"]) // 4 + 4 for m in messages)
+
+    async def _pick(self) -> Endpoint:
+        """The healthy endpoint with the fewest requests in flight, waiting out Retry-After."""
+        while True:
+            healthy = [ep for ep in self.endpoints if ep.healthy]
+            if not healthy:
+                reasons = "; ".join(f"{ep.url}: {ep.last_error}" for ep in self.endpoints)
+                raise EngineError(f"no healthy remote server (re-probing /health): {reasons}")
+            now = time.monotonic()
+            free = [ep for ep in healthy if ep.busy_until <= now]
+            if free:
+                start = next(self._turn) % len(free)  # ties go round-robin
+                return min(free[start:] + free[:start], key=lambda ep: ep.in_flight)
+            await asyncio.sleep(min(ep.busy_until for ep in healthy) - now)
+
+    async def _request(
+        self, request: GenerationRequest, *, stream: bool
+    ) -> tuple[Endpoint, httpx.Response, Generation | None]:
+        """Send with retries. A streamed response comes back open, its endpoint's lease held."""
+        if self._served_model is None:
+            await self._discover(await self._pick())
+        body = chat_payload(request, model=self.model_name, stream=stream)
+        tries = self._settings.remote_retries + 1
+        last = "no try was made"
+        for _ in range(tries):
+            endpoint = await self._pick()
+            endpoint.in_flight += 1
+            held = False
+            try:
+                response, generation = await self._try(endpoint, body, stream=stream)
+                held = stream
+                return endpoint, response, generation
+            except _Retry as retry:
+                last = f"{endpoint.url}: {retry}"
+            finally:
+                if not held:
+                    endpoint.in_flight -= 1
+        raise EngineError(f"remote servers failed after {tries} tries; last: {last}")
+
+    async def _try(
+        self, endpoint: Endpoint, body: dict[str, Any], *, stream: bool
+    ) -> tuple[httpx.Response, Generation | None]:
+        request = self._http.build_request("POST", f"{endpoint.url}/v1/chat/completions", json=body)
+        try:
+            response = await self._http.send(request, stream=True)
+        except httpx.TimeoutException as error:
+            raise _Retry(f"timed out ({type(error).__name__})") from None
+        except httpx.TransportError as error:  # refused, reset
+            self._mark_unhealthy(endpoint, f"{type(error).__name__}: {error}")
+            raise _Retry(f"connection failed ({type(error).__name__})") from None
+        if response.status_code == 200 and stream:
+            return response, None
+        try:
+            await response.aread()
+        except httpx.TimeoutException as error:
+            raise _Retry(f"timed out reading the answer ({type(error).__name__})") from None
+        except httpx.TransportError as error:  # dropped mid-answer
+            self._mark_unhealthy(endpoint, f"{type(error).__name__}: {error}")
+            raise _Retry(f"the answer broke off ({type(error).__name__})") from None
+        finally:
+            await response.aclose()
+        if response.status_code == 200:
+            try:
+                return response, parse_completion(response.json())
+            except ValueError as error:  # invalid JSON, or JSON of the wrong shape
+                raise _Retry(f"answered 200 with an invalid body: {error}") from None
+        status, message = response.status_code, error_message(response)
+        if status in _BUSY:
+            endpoint.busy_until = time.monotonic() + retry_after_s(response.headers, cap=self._max_retry_wait_s)
+            raise _Retry(f"busy ({status})")
+        if status in _FATAL:
+            if status == 400 and _CONTEXT_LENGTH.search(message):
+                raise InputError(f"text too long for the remote model: {message}")
+            raise EngineError(f"{endpoint.url} rejected the request ({status}): {message}")
+        raise _Retry(f"answered {status}: {message}")
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        return await self._running().submit(self._generate(request))
+
+    async def _generate(self, request: GenerationRequest) -> Generation:
+        _, _, generation = await self._request(request, stream=False)
+        if generation is None:  # pragma: no cover - _request parses every non-streamed answer
+            raise EngineError("remote server: no answer")
+        return generation
+
+    async def stream(self, request: GenerationRequest) -> AsyncGenerator[str, None]:
+        """Yield the cumulative text; closing the iterator closes the connection (vLLM aborts)."""
+        async for text in self._running().stream(lambda: self._stream(request)):
+            yield text
+
+    async def _stream(self, request: GenerationRequest) -> AsyncIterator[str]:
+        endpoint, response, _ = await self._request(request, stream=True)
+        text = ""
+        try:
+            async for delta in _sse_deltas(response.aiter_lines()):
+                text += delta
+                yield text
+        except httpx.HTTPError as error:
+            raise EngineError(f"{endpoint.url}: the stream broke off ({type(error).__name__})") from error
+        finally:
+            endpoint.in_flight -= 1
+            await response.aclose()
+
+    async def close(self) -> None:
+        loop, self._loop = self._loop, None
+        if loop is not None:
+            await loop.submit(self._close_pool())
+            await asyncio.to_thread(loop.stop)
+
+    async def _close_pool(self) -> None:
+        for endpoint in self.endpoints:
+            if endpoint.probe is not None:
+                endpoint.probe.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await endpoint.probe
+                endpoint.probe = None
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+
+async def _sse_deltas(lines: AsyncIterator[str]) -> AsyncIterator[str]:
+    """The content deltas of a chat-completions event stream."""
+    async for line in lines:
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            return
+        try:
+            delta = json.loads(data)["choices"][0].get("delta", {}).get("content")
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as error:
+            raise EngineError(f"remote stream: not a chat-completion chunk: {data[:200]!r}") from error
+        if delta:
+            yield delta

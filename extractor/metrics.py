@@ -1,0 +1,113 @@
+"""Extraction quality as precision/recall/F1 over leaf values. Pure functions.
+
+A leaf is a scalar in the data, named by its JSON pointer without array indices
+(``/artist/0`` -> ``/artist``), so a gold list ``{"artist": ["x"]}`` and a predicted scalar
+``{"artist": "x"}`` agree. Values are compared after normalizing case and surrounding
+whitespace and punctuation. Nulls and values empty after normalizing are not values.
+Leaves are counted as multisets: a value expected twice must be predicted twice.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+Leaf = tuple[str, str]  # (field path, normalized value)
+
+
+def normalize(value: Any) -> str:
+    """Case-folded text without surrounding whitespace or punctuation (numbers as JSON)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    text = value if isinstance(value, str) else json.dumps(value)
+    text = unicodedata.normalize("NFKC", text).casefold()
+    start, end = 0, len(text)
+    while start < end and _is_edge(text[start]):
+        start += 1
+    while end > start and _is_edge(text[end - 1]):
+        end -= 1
+    return text[start:end]
+
+
+def _is_edge(char: str) -> bool:
+    return char.isspace() or unicodedata.category(char).startswith("P")
+
+
+def leaves(data: Any, pointer: str = "") -> Iterator[Leaf]:
+    """``(field path, normalized value)`` for every non-null scalar in ``data``."""
+    if isinstance(data, Mapping):
+        for key, value in data.items():
+            yield from leaves(value, f"{pointer}/{str(key).replace('~', '~0').replace('/', '~1')}")
+    elif isinstance(data, list):
+        for value in data:
+            yield from leaves(value, pointer)
+    elif data is not None:
+        value = normalize(data)
+        if value:
+            yield pointer, value
+
+
+@dataclass
+class Counts:
+    """True positives, false positives, false negatives, and the scores they give."""
+
+    tp: int = 0
+    fp: int = 0
+    fn: int = 0
+
+    def __iadd__(self, other: Counts) -> Counts:
+        self.tp += other.tp
+        self.fp += other.fp
+        self.fn += other.fn
+        return self
+
+    @property
+    def precision(self) -> float:
+        """The share of predicted values that are right: tp / (tp + fp), 0 when none."""
+        return self.tp / (self.tp + self.fp) if self.tp + self.fp else 0.0
+
+    @property
+    def recall(self) -> float:
+        """The share of expected values found: tp / (tp + fn), 0 when none."""
+        return self.tp / (self.tp + self.fn) if self.tp + self.fn else 0.0
+
+    @property
+    def f1(self) -> float:
+        """Harmonic mean of precision and recall; 0 when both are 0."""
+        p, r = self.precision, self.recall
+        return 2 * p * r / (p + r) if p + r else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "precision": self.precision,
+            "recall": self.recall,
+            "f1": self.f1,
+            "tp": self.tp,
+            "fp": self.fp,
+            "fn": self.fn,
+            "support": self.tp + self.fn,
+        }
+
+
+def compare(expected: Any, predicted: Any) -> dict[str, Counts]:
+    """Counts per field path for one document (``predicted`` None: nothing predicted)."""
+    gold = Counter(leaves(expected))
+    pred = Counter(leaves(predicted)) if predicted is not None else Counter()
+    per_field: dict[str, Counts] = {}
+    for leaf in gold.keys() | pred.keys():
+        matched = min(gold[leaf], pred[leaf])
+        counts = per_field.setdefault(leaf[0], Counts())
+        counts += Counts(tp=matched, fp=pred[leaf] - matched, fn=gold[leaf] - matched)
+    return per_field
+
+
+def total(per_field: Mapping[str, Counts]) -> Counts:
+    """Micro-average counts: the sum over fields."""
+    summed = Counts()
+    for counts in per_field.values():
+        summed += counts
+    return summed

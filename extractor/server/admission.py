@@ -1,0 +1,88 @@
+"""Admission control: at most ``max_in_flight`` engine jobs run, ``max_queued`` more wait, the rest get 429.
+
+A job is one extraction (a batch of n items is n jobs) or one chat. Jobs are admitted whole at
+the door (:meth:`Admission.admit`), then each takes one of the in-flight slots in turn
+(:meth:`Admission.slot`). The engine batches whatever is in flight (continuous batching).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from types import TracebackType
+
+from extractor.errors import OverloadedError
+
+_MAX_RETRY_AFTER_S = 60
+
+
+class Ticket:
+    """Room for ``jobs`` admitted jobs; release it exactly once (idempotent)."""
+
+    def __init__(self, admission: Admission, jobs: int) -> None:
+        self._admission = admission
+        self.jobs = jobs
+
+    def release(self) -> None:
+        """Give the room back."""
+        if self.jobs:
+            self._admission.admitted -= self.jobs
+            self.jobs = 0
+
+    def __enter__(self) -> Ticket:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
+
+
+class Admission:
+    """Counts admitted jobs and hands out in-flight slots, first come first served."""
+
+    def __init__(self, *, max_in_flight: int, max_queued: int) -> None:
+        self.max_in_flight = max_in_flight
+        self.capacity = max_in_flight + max_queued
+        self.admitted = 0
+        self.in_flight = 0
+        self._slots = asyncio.Semaphore(max_in_flight)
+        self._job_s = 1.0  # moving average of a job's time in its slot, for Retry-After
+
+    @property
+    def queued(self) -> int:
+        """Admitted jobs waiting for a slot."""
+        return self.admitted - self.in_flight
+
+    def admit(self, jobs: int = 1) -> Ticket:
+        """Room for ``jobs`` more jobs, or :class:`OverloadedError` (429) when they do not fit."""
+        if self.admitted + jobs > self.capacity:
+            raise OverloadedError(
+                f"over the admission limit: {self.in_flight} in flight and {self.queued} queued "
+                f"(EXTRACTOR_MAX_IN_FLIGHT + EXTRACTOR_MAX_QUEUED = {self.capacity}); retry later",
+                retry_after=self.retry_after(),
+            )
+        self.admitted += jobs
+        return Ticket(self, jobs)
+
+    def retry_after(self) -> int:
+        """Seconds until the queue has likely moved on: queued jobs over slots, times a job's time."""
+        rounds = (self.queued + 1) / self.max_in_flight
+        return max(1, min(_MAX_RETRY_AFTER_S, math.ceil(rounds * self._job_s)))
+
+    @asynccontextmanager
+    async def slot(self, *, deadline: float | None = None) -> AsyncIterator[None]:
+        """Wait for an in-flight slot (``TimeoutError`` past the loop-time ``deadline``); hold it for the job."""
+        async with asyncio.timeout_at(deadline):
+            await self._slots.acquire()
+        self.in_flight += 1
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.in_flight -= 1
+            self._slots.release()
+            self._job_s = 0.9 * self._job_s + 0.1 * (time.perf_counter() - started)

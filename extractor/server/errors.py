@@ -1,0 +1,57 @@
+"""The one place that maps errors to HTTP status codes and error bodies."""
+
+from __future__ import annotations
+
+from fastapi.responses import JSONResponse
+
+from extractor.errors import (
+    EngineError,
+    EngineNotReadyError,
+    ExtractionFailed,
+    ExtractorError,
+    InputError,
+    OverloadedError,
+    PayloadTooLargeError,
+    RequestTimeoutError,
+    TaskNotLoadedError,
+    UnknownTaskError,
+)
+from extractor.server.protocol import ErrorOut
+
+NOT_FOUND_MESSAGE = "no such task or route; GET /tasks lists the tasks"
+# First match wins: subclasses before their bases.
+_STATUS: list[tuple[type[ExtractorError], int, str]] = [
+    (UnknownTaskError, 404, "not_found"),
+    (TaskNotLoadedError, 404, "not_loaded"),
+    (ExtractionFailed, 422, "extraction_failed"),
+    (PayloadTooLargeError, 413, "too_large"),
+    (InputError, 422, "bad_input"),
+    (OverloadedError, 429, "overloaded"),
+    (EngineNotReadyError, 503, "not_ready"),
+    (EngineError, 503, "engine_unavailable"),
+    (RequestTimeoutError, 504, "timeout"),
+    (ExtractorError, 500, "internal"),
+]
+
+
+def error_body(error: ExtractorError) -> tuple[int, ErrorOut]:
+    """The status code and body for one of our errors."""
+    status, code = next((s, c) for kind, s, c in _STATUS if isinstance(error, kind))
+    message = str(error)
+    if isinstance(error, UnknownTaskError):
+        # Never echo the name or anything from disk: the catalog answers, not the file system.
+        message = NOT_FOUND_MESSAGE
+    attempts = error.attempts if isinstance(error, ExtractionFailed) else None
+    detail = None
+    if isinstance(error, TaskNotLoadedError):
+        detail = [{"file": e.path, "pointer": e.pointer, "message": e.reason} for e in error.errors]
+    return status, ErrorOut(error=code, message=message, attempts=attempts, detail=detail)
+
+
+def error_response(error: ExtractorError) -> JSONResponse:
+    """The HTTP response for one of our errors (with ``Retry-After`` where a retry may succeed)."""
+    status, body = error_body(error)
+    headers = None
+    if isinstance(error, OverloadedError | EngineNotReadyError):
+        headers = {"retry-after": str(error.retry_after)}
+    return JSONResponse(status_code=status, content=body.model_dump(mode="json", exclude_none=True), headers=headers)

@@ -1,0 +1,148 @@
+"""The HTTP gate, a plain ASGI middleware: body limit, client disconnects, request metrics.
+
+- A body over ``max_body_bytes`` gets 413 from its ``Content-Length`` or while it is read,
+  before any parsing.
+- Once the body is read, the request runs in a task of its own while the gate listens for the
+  client going away: a disconnect cancels the task, and cancelling aborts the engine request.
+- Every request is counted by route template, task (a catalog name or ``-``) and status
+  (499 for a client that left).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from extractor.errors import PayloadTooLargeError
+from extractor.server.errors import error_response
+from extractor.server.metrics import Metrics
+
+CLIENT_GONE = 499  # nginx's code for a client that closed the connection before the answer
+_WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
+
+
+class _ClientGone(Exception):  # noqa: N818 - control flow inside this module
+    """The client disconnected while sending its body."""
+
+
+class HttpGate:
+    """Wraps the app; see the module docstring."""
+
+    def __init__(
+        self, app: ASGIApp, *, metrics: Metrics, max_body_bytes: int, task_label: Callable[[Any], str]
+    ) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.max_body_bytes = max_body_bytes
+        self.task_label = task_label
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def tracked_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            if scope["method"] in _WITH_BODY:
+                if not await self._call_with_body(scope, receive, tracked_send):
+                    status = CLIENT_GONE
+            else:
+                await self.app(scope, receive, tracked_send)
+        finally:
+            route = scope.get("route")
+            self.metrics.observe_request(
+                route=getattr(route, "path", "-"),
+                task=self.task_label(scope.get("path_params", {}).get("task")),
+                status=status,
+                seconds=time.perf_counter() - started,
+            )
+
+    async def _call_with_body(self, scope: Scope, receive: Receive, send: Send) -> bool:
+        """Run the app on the whole body; False when the client left before the answer."""
+        try:
+            body = await self._read_body(scope, receive, send)
+        except _ClientGone:
+            return False
+        if body is None:
+            return True  # answered 413
+        gone = asyncio.Event()
+        replayed = answered = False
+
+        async def answering(message: Message) -> None:
+            nonlocal answered
+            await send(message)
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                answered = True  # a disconnect from now on is the normal end, not a client leaving
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def run() -> None:
+            await self.app(scope, replay, answering)
+
+        handler = asyncio.create_task(run())
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+            if not answered:
+                handler.cancel()
+
+        watcher = asyncio.create_task(watch())
+        try:
+            await handler
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if not gone.is_set() or (current is not None and current.cancelling()):
+                raise
+            return False
+        finally:
+            watcher.cancel()
+        return True
+
+    async def _read_body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
+        limit = self.max_body_bytes
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            await self._too_large(scope, receive, send)
+            return None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _ClientGone
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                await self._too_large(scope, receive, send)
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        error = PayloadTooLargeError(
+            f"the request body is over {self.max_body_bytes} bytes (EXTRACTOR_MAX_BODY_BYTES); "
+            "send less, or split a batch"
+        )
+        with contextlib.suppress(OSError):
+            await error_response(error)(scope, receive, send)

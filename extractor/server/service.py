@@ -1,0 +1,278 @@
+"""The serving logic behind the routes: engine start and readiness, admission, timeouts, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
+from typing import Any
+
+import jinja2
+import jinja2.meta
+
+from extractor.api import Extractor
+from extractor.engines.base import GenerationRequest, stream_text
+from extractor.errors import (
+    EngineNotReadyError,
+    ExtractionFailed,
+    ExtractorError,
+    InputError,
+    PayloadTooLargeError,
+    RequestTimeoutError,
+    TaskNotLoadedError,
+    UnknownTaskError,
+)
+from extractor.results import ExtractionResult
+from extractor.server import chat
+from extractor.server.admission import Admission, Ticket
+from extractor.server.metrics import Metrics
+from extractor.server.protocol import BatchItem, ChatRequest, ExtractOptions
+from extractor.tasks import TASK_NAME, Task
+
+log = logging.getLogger("extractor.server")
+CANARY = GenerationRequest(messages=[{"role": "user", "content": "ping"}], temperature=0.0, max_tokens=1)
+_CANARY_TIMEOUT_S = 30.0
+
+
+class Service:
+    """One extractor behind the HTTP routes."""
+
+    def __init__(self, extractor: Extractor) -> None:
+        self.extractor = extractor
+        self.settings = extractor.settings
+        self.admission = Admission(max_in_flight=self.settings.max_in_flight, max_queued=self.settings.max_queued)
+        self.metrics = Metrics(self.admission)
+        self.draining = False
+        self._start: asyncio.Task[None] | None = None
+        self._start_error: str | None = None
+        self._wait_for_start = False
+        self._ready: tuple[float, bool, str] = (float("-inf"), False, "")
+        self._ready_lock = asyncio.Lock()
+        self._prompt_variables: dict[str, list[str]] = {}
+
+    # -- engine ---------------------------------------------------------------------------
+
+    def begin_start(self) -> asyncio.Task[None]:
+        """Start the engine in the background (the app answers /healthz meanwhile); idempotent."""
+        if self._start is None:
+            self._start = asyncio.create_task(self._start_engine())
+        return self._start
+
+    async def _start_engine(self) -> None:
+        started = time.perf_counter()
+        try:
+            await self.extractor.astart()
+        except Exception as error:  # noqa: BLE001 - any start failure is reported by /readyz and 503s
+            self._start_error = f"{type(error).__name__}: {error}"
+            log.error("the engine failed to start: %s", self._start_error)
+        else:
+            log.info("engine ready after %.1f s: %s", time.perf_counter() - started, self.extractor.engine.model_name)
+
+    async def stop(self) -> None:
+        """Stop a start still in progress (the engine itself is closed by its owner)."""
+        if self._start is not None and not self._start.done():
+            self._start.cancel()
+
+    async def _not_started(self) -> str | None:
+        """Why requests cannot run yet, or None. Without a lifespan, the engine starts here."""
+        if self.draining:
+            return "shutting down: not taking new requests"
+        start = self._start
+        if start is None:  # no lifespan ran (e.g. an ASGI test client): start on first use, and wait
+            start = self.begin_start()
+            self._wait_for_start = True
+        if self._wait_for_start:
+            await asyncio.shield(start)
+        if not start.done():
+            return "the engine is starting; GET /readyz turns 200 when it is ready"
+        if self._start_error:
+            return f"the engine failed to start: {self._start_error}"
+        return None
+
+    async def _accepting(self) -> None:
+        reason = await self._not_started()
+        if reason is not None:
+            raise EngineNotReadyError(reason, retry_after=1 if self.draining else 5)
+
+    async def readiness(self) -> tuple[bool, str]:
+        """Ready when a 1-token canary generation succeeds; the answer is cached ``ready_cache_s``."""
+        reason = await self._not_started()
+        if reason is not None:
+            return False, reason
+        async with self._ready_lock:
+            checked, ok, why = self._ready
+            if time.monotonic() - checked < self.settings.ready_cache_s:
+                return ok, why
+            try:
+                async with asyncio.timeout(min(_CANARY_TIMEOUT_S, self.settings.request_timeout_s)):
+                    await self.extractor.engine.generate(CANARY)
+                ok, why = True, "ok"
+            except TimeoutError:
+                ok, why = False, "the canary generation timed out"
+            except ExtractorError as error:
+                ok, why = False, f"the canary generation failed: {error}"
+            self._ready = (time.monotonic(), ok, why)
+            return ok, why
+
+    # -- extraction -----------------------------------------------------------------------
+
+    def task(self, name: str) -> Task:
+        """A loaded task; a left-out one says why, any other name is unknown (404 either way)."""
+        try:
+            return self.extractor.task(name)
+        except UnknownTaskError:
+            catalog = self.extractor.catalog
+            # Matched against what the catalog recorded at load, never joined into a path.
+            errors = [e for e in catalog.errors if TASK_NAME.match(name) and _stem(e.path) == name]
+            if errors:
+                raise TaskNotLoadedError(name, errors) from None
+            raise
+
+    def task_label(self, name: Any) -> str:
+        """A metrics label: the task's name when it is loaded, else ``-``."""
+        return name if isinstance(name, str) and name in self.extractor.catalog.tasks else "-"
+
+    def prompt_variables(self, task: Task) -> list[str]:
+        """The variables the task's template uses (parsed once)."""
+        if task.name not in self._prompt_variables:
+            try:
+                source = task.prompt_path.read_text(encoding="utf-8")
+                names = jinja2.meta.find_undeclared_variables(jinja2.Environment().parse(source))
+            except (OSError, UnicodeDecodeError, jinja2.TemplateSyntaxError):
+                names = set()  # changed on disk since load; the loaded template still serves
+            self._prompt_variables[task.name] = sorted(names)
+        return self._prompt_variables[task.name]
+
+    def _check_text(self, text: str) -> None:
+        _check_unicode("text", text)
+        if len(text) > self.settings.max_text_chars:
+            raise PayloadTooLargeError(
+                f"text is {len(text)} characters, over the limit of {self.settings.max_text_chars} "
+                "(EXTRACTOR_MAX_TEXT_CHARS); split it"
+            )
+
+    def _deadline(self) -> float:
+        return asyncio.get_running_loop().time() + self.settings.request_timeout_s
+
+    def _timed_out(self) -> RequestTimeoutError:
+        return RequestTimeoutError(
+            f"no answer within {self.settings.request_timeout_s:g} s (EXTRACTOR_REQUEST_TIMEOUT_S); "
+            "its engine work was aborted"
+        )
+
+    async def extract(self, task: str, text: str, options: ExtractOptions) -> ExtractionResult:
+        """One extraction: 404, 413, 503, 429 in that order, then the pipeline under the deadline."""
+        self.task(task)
+        self._check_text(text)
+        await self._accepting()
+        with self.admission.admit(1):
+            return await self._run(task, text, options, deadline=self._deadline())
+
+    async def extract_batch(
+        self, task: str, items: Sequence[BatchItem], options: ExtractOptions
+    ) -> list[ExtractionResult | ExtractorError]:
+        """One result or one error per item, in order; the batch is admitted whole."""
+        self.task(task)
+        if len(items) > self.settings.max_batch_items:
+            raise PayloadTooLargeError(
+                f"the batch has {len(items)} items, over the limit of {self.settings.max_batch_items} "
+                "(EXTRACTOR_MAX_BATCH_ITEMS); split it"
+            )
+        await self._accepting()
+        deadline = self._deadline()
+
+        async def one(text: str) -> ExtractionResult | ExtractorError:
+            try:
+                self._check_text(text)
+                return await self._run(task, text, options, deadline=deadline)
+            except ExtractorError as error:
+                return error
+
+        with self.admission.admit(len(items)):
+            return list(await asyncio.gather(*(one(item.text) for item in items)))
+
+    async def _run(self, task: str, text: str, options: ExtractOptions, *, deadline: float) -> ExtractionResult:
+        try:
+            async with asyncio.timeout_at(deadline), self.admission.slot():
+                result = await self.extractor.aextract(
+                    task,
+                    text,
+                    temperature=options.temperature,
+                    max_tokens=options.max_tokens,
+                    max_attempts=options.max_attempts,
+                    grounding=options.grounding,
+                )
+        except TimeoutError:
+            raise self._timed_out() from None
+        except ExtractionFailed as failed:
+            self.metrics.observe_attempts(task, failed.attempts)
+            raise
+        self.metrics.observe_attempts(task, result.attempts)
+        return result
+
+    # -- chat -----------------------------------------------------------------------------
+
+    def chat_request(self, body: ChatRequest) -> GenerationRequest:
+        """The engine request for a chat: the seed's window over the history (4xx on bad input)."""
+        _check_unicode("query", body.query)
+        _check_unicode("system", body.system)
+        for number, turn in enumerate(body.history):
+            _check_unicode(f"history[{number}]", "".join(turn))
+        engine = self.extractor.engine
+        max_tokens = body.max_tokens or self.settings.chat_max_tokens
+        messages = chat.build_messages(
+            body.query,
+            body.history,
+            body.system,
+            count_tokens=engine.count_prompt_tokens,
+            max_model_len=engine.max_model_len,
+            max_tokens=max_tokens,
+        )
+        return GenerationRequest(messages=messages, temperature=body.temperature, max_tokens=max_tokens)
+
+    async def admit_chat(self) -> Ticket:
+        """Room for one chat (503 or 429 when there is none); release it when the chat ends."""
+        await self._accepting()
+        return self.admission.admit(1)
+
+    async def chat(self, request: GenerationRequest, stop_words: Sequence[str]) -> AsyncGenerator[str, None]:
+        """Cumulative text of an admitted chat, cut at a stop word, under the request deadline."""
+        deadline = self._deadline()
+        try:
+            async with self.admission.slot(deadline=deadline):  # TimeoutError: no slot in time
+                limited = self._until(stream_text(self.extractor.engine, request), deadline)
+                async with aclosing(chat.until_stop_word(limited, stop_words)) as texts:
+                    async for text in texts:
+                        yield text
+        except TimeoutError:
+            raise self._timed_out() from None
+
+    async def _until(self, chunks: AsyncGenerator[str, None], deadline: float) -> AsyncGenerator[str, None]:
+        # The deadline wraps each step, never a yield: a timeout must not fire in the consumer.
+        async with aclosing(chunks):
+            while True:
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        text = await anext(chunks)
+                except StopAsyncIteration:
+                    return
+                except TimeoutError:
+                    raise self._timed_out() from None
+                yield text
+
+
+def _check_unicode(name: str, value: str) -> None:
+    """JSON may carry lone UTF-16 surrogates, which no tokenizer takes."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise InputError(
+            f"{name} holds an invalid character at {error.start} (a lone UTF-16 surrogate); send valid Unicode"
+        ) from None
+
+
+def _stem(path: str) -> str:
+    name = path.replace("\\", "/").rsplit("/", 1)[-1]
+    return name.split(".", 1)[0]

@@ -1,0 +1,167 @@
+"""Grounded decoding: extractive fields become enums of the text's spans, per request (scripted engine)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from extractor import Catalog, Extractor, ScriptedEngine, Settings
+from extractor.grounded_decoding import MAX_CANDIDATES, candidates, check, constrain, extractive_nodes
+
+from .conftest import LANDMARK_TEXT, landmark
+from .test_grounding_strict import make_catalog
+
+WEATHER = "What will the weather be in Lago Vista Tennessee on feb. 2nd, 2037?"
+
+
+def test_candidates_are_spans_of_the_text_as_written_and_edge_stripped() -> None:
+    found = candidates(WEATHER)
+    assert {"Lago Vista Tennessee", "feb. 2nd, 2037?", "feb. 2nd, 2037", "2037", "Lago"} <= set(found)
+    assert all(c in WEATHER for c in found)
+    assert "Lago Vista, Tennessee" not in found and "Tennessee on feb" in found
+    assert len(found) == len(set(found)) < 300
+
+
+def test_candidates_on_cjk_are_character_runs() -> None:
+    found = candidates(LANDMARK_TEXT)
+    assert {"阿尔罕布拉宫", "西班牙", "宫殿建筑", "摩尔人统治时期"} <= set(found)
+    assert all(c in LANDMARK_TEXT for c in found)
+    assert "。" not in found and "宫殿建筑。" in found  # punctuation alone is no value; edges are stripped
+
+
+def test_candidates_on_mixed_scripts_and_emoji() -> None:
+    text = "🎉 我在 Café de Flore 喝咖啡，《三体》很好看"
+    found = set(candidates(text))
+    assert {"Café de Flore", "三体", "《三体》", "咖啡", "🎉"} <= found
+    assert all(c in text for c in found)
+
+
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "$defs": {
+        "cond": {
+            "type": "object",
+            "properties": {
+                "field": {"type": "string", "pattern": "^[a-z_]+$", "x-grounded": False},
+                "value": {"type": "string", "maxLength": 12, "description": "from the text"},
+            },
+        }
+    },
+    "properties": {
+        "conditions": {"type": "array", "items": {"$ref": "#/$defs/cond"}},
+        "city": {"type": ["string", "null"], "x-extractive": True},
+        "note": {"type": "string"},
+        "free": {"type": "string", "x-extractive": False},
+        "mode": {"enum": ["a", "b"]},
+        "meta": {"type": "object", "x-grounded": False, "properties": {"source": {"type": "string"}}},
+    },
+}
+
+
+def test_marked_fields_only_unless_everywhere() -> None:
+    assert sorted(extractive_nodes(SCHEMA, everywhere=False).values()) == ["#/properties/city"]
+    assert sorted(extractive_nodes(SCHEMA, everywhere=True).values()) == [
+        "#/$defs/cond/properties/value",
+        "#/properties/city",
+        "#/properties/note",
+    ]
+
+
+def test_constrain_turns_fields_into_enums_of_spans() -> None:
+    text = "rain in Lago Vista tomorrow"
+    constrained = constrain(SCHEMA, text, everywhere=True)
+    assert constrained is not None
+    schema = constrained.schema
+    city = schema["properties"]["city"]
+    assert "type" not in city and city["enum"][-1] is None and "Lago Vista" in city["enum"]
+    value = schema["$defs"]["cond"]["properties"]["value"]
+    assert value["description"] == "from the text" and None not in value["enum"]
+    assert all(len(v) <= 12 for v in value["enum"]) and "rain in Lago Vista" not in value["enum"]
+    assert schema["properties"]["free"] == {"type": "string"}  # x-* annotations stripped, not constrained
+    assert schema["$defs"]["cond"]["properties"]["field"] == {"type": "string", "pattern": "^[a-z_]+$"}
+    assert schema["properties"]["meta"]["properties"]["source"] == {"type": "string"}
+    assert not any(key.startswith("x-") for key in json.dumps(schema).split('"') if key)
+    assert constrained.fields == ("#/$defs/cond/properties/value", "#/properties/city", "#/properties/note")
+    assert SCHEMA["properties"]["city"]["type"] == ["string", "null"]  # the task schema is untouched
+
+
+def test_constrain_falls_back_on_long_texts_and_without_targets() -> None:
+    assert constrain({"type": "object", "properties": {"n": {"type": "integer"}}}, "x", everywhere=True) is None
+    long_text = " ".join(f"w{i}" for i in range(MAX_CANDIDATES))
+    assert constrain(SCHEMA, long_text, everywhere=True) is None
+
+
+def test_check_warns_about_extractive_non_strings() -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "x-extractive": True}}}
+    assert check(schema) == [
+        "#/properties/n/x-extractive: only string fields (type string, or string and null, without enum/const) "
+        "can be constrained to spans of the text; ignored here"
+    ]
+
+
+# --- through the pipeline --------------------------------------------------------------------
+
+
+async def test_request_option_constrains_every_grounded_field(extractor: Extractor, engine: ScriptedEngine) -> None:
+    engine.enqueue([landmark(name="阿尔罕布拉宫", country="西班牙")])
+    result = await extractor.aextract("landmark_slots", LANDMARK_TEXT, grounded_decoding=True)
+    sent = engine.history[0].json_schema
+    assert sent is not None
+    for name in ("name", "country", "city", "category", "period"):
+        enum = sent["properties"][name]["enum"]
+        assert enum[-1] is None and all(v in LANDMARK_TEXT for v in enum[:-1])
+    assert "西班牙" in sent["properties"]["country"]["enum"]
+    assert len(result.grounded_fields) == 5 and all(s.status == "exact" for s in result.spans)
+    # The prompt still shows the task's schema, not the per-request enums.
+    assert "阿尔罕布拉宫是西班牙摩尔人统治时期的宫殿建筑" not in engine.history[0].messages[0]["content"]
+
+
+async def test_default_is_schema_only_decoding(extractor: Extractor, engine: ScriptedEngine) -> None:
+    engine.enqueue([landmark(name="阿尔罕布拉宫")])
+    result = await extractor.aextract("landmark_slots", LANDMARK_TEXT)
+    assert engine.history[0].json_schema == extractor.task("landmark_slots").engine_schema
+    assert result.grounded_fields == []
+
+
+@pytest.fixture
+def marked(tmp_path: Path) -> tuple[Catalog, Path]:
+    task = {
+        "type": "object",
+        "properties": {"city": {"type": ["string", "null"], "x-extractive": True}, "kind": {"type": "string"}},
+        "required": ["city", "kind"],
+    }
+    everywhere = {**task, "x-extractor": {"grounded_decoding": True}}
+    return make_catalog(tmp_path, {"marked": task, "everywhere": everywhere}), tmp_path
+
+
+@pytest.mark.parametrize(
+    ("task", "option", "constrained"),
+    [
+        ("marked", None, ["#/properties/city"]),
+        ("marked", True, ["#/properties/city", "#/properties/kind"]),
+        ("marked", False, []),
+        ("everywhere", None, ["#/properties/city", "#/properties/kind"]),
+        ("everywhere", False, []),
+    ],
+)
+async def test_task_setting_field_marks_and_request_option(
+    marked: tuple[Catalog, Path], task: str, option: bool | None, constrained: list[str]
+) -> None:
+    catalog, home = marked
+    engine = ScriptedEngine(['{"city": "Oslo", "kind": "city"}'])
+    extractor = Extractor(settings=Settings.from_env({}, home=home, engine="scripted"), engine=engine, catalog=catalog)
+    result = await extractor.aextract(task, "a trip to Oslo city", grounded_decoding=option)
+    assert result.grounded_fields == constrained
+    sent = engine.history[0].json_schema
+    assert sent is not None
+    assert ("enum" in sent["properties"]["city"]) == ("#/properties/city" in constrained)
+
+
+def test_extractive_on_a_non_string_is_a_load_warning(tmp_path: Path) -> None:
+    catalog = make_catalog(
+        tmp_path, {"odd": {"type": "object", "properties": {"n": {"type": "integer", "x-extractive": True}}}}
+    )
+    assert any("x-extractive: only string fields" in w for w in catalog.get("odd").warnings)
