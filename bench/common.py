@@ -125,6 +125,7 @@ def machine() -> dict[str, Any]:
     except (OSError, ValueError, IndexError):
         pass
     info: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d"),
         "cpu": cpu,
         "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "memory": memory,

@@ -51,7 +51,8 @@ def markdown(compact: dict[str, Any], whitespace: dict[str, Any], *, plot: str |
     lines = [
         f"# Benchmarks ({kind} run)",
         "",
-        f"Measured {dt.date.today().isoformat()} on {m['cpu']}, {m['cores']} CPU cores, {m['memory']}, {gpu}; "
+        f"Measured {m.get('date') or dt.date.today().isoformat()} on {m['cpu']}, {m['cores']} CPU cores, "
+        f"{m['memory']}, {gpu}; "
         f"vLLM {m.get('vllm', '?')}, torch {m.get('torch', '?')}, Python {m['python']}. Model `{compact['model']}` "
         f"in-process; engine start {compact['engine_start_s']:.0f} s (compact) and "
         f"{whitespace['engine_start_s']:.0f} s (whitespace), not counted below.",
@@ -88,13 +89,13 @@ def markdown(compact: dict[str, Any], whitespace: dict[str, Any], *, plot: str |
         "| decoding | worked examples in the prompt | docs | output tokens/extraction | compact / this |",
         "|---|---|---:|---:|---:|",
         f"| vLLM default (any whitespace) | `json.dumps` default (`, ` and `: `) | {whitespace['spaced']['docs']} | "
-        f"{n['p3_whitespace_tokens']:.1f} | **{n['p3_ratio']:.2f}×** |",
+        f"{n['p3_whitespace_tokens']:.1f} | **{n['p3_ratio']:.3f}×** |",
         f"| vLLM default (any whitespace) | compact, as extractor renders them | {whitespace['raw']['docs']} | "
-        f"{n['p3_whitespace_compact_examples_tokens']:.1f} | {n['p3_flag_only_ratio']:.2f}× |",
+        f"{n['p3_whitespace_compact_examples_tokens']:.1f} | {n['p3_flag_only_ratio']:.3f}× |",
         f"| compact (extractor: `disable_any_whitespace`) | compact | {p1['raw']['docs']} | "
-        f"{n['p3_compact_tokens']:.1f} | 1.00× |",
+        f"{n['p3_compact_tokens']:.1f} | 1.000× |",
         "",
-        f"compact JSON / vLLM's default = **{n['p3_ratio']:.2f}×** "
+        f"compact JSON / vLLM's default = **{n['p3_ratio']:.3f}×** "
         f"(target ≤ {P3_TARGET}×: {_verdict(n['p3_ratio'] <= P3_TARGET)}). The model copies the worked "
         "examples' layout: with compact examples it writes compact JSON even where the grammar allows "
         "whitespace (second row), so the saving comes from compact examples and the grammar together; "
@@ -110,7 +111,7 @@ def markdown(compact: dict[str, Any], whitespace: dict[str, Any], *, plot: str |
         f"{_pct(q['ungrounded_rate'])}, {q['docs_per_s']:.2f} docs/s, "
         f"{q['output_tokens_per_doc']:.1f} output tokens/doc.",
         "",
-        "| task (intent) | docs | P | R | F1 | schema-valid | first-attempt valid | mean attempts | ungrounded |",
+        "| task | docs | P | R | F1 | schema-valid | first-attempt valid | mean attempts | ungrounded |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, t in q["per_task"].items():
@@ -155,7 +156,7 @@ def plot(compact: dict[str, Any], whitespace: dict[str, Any], path: Path) -> boo
     n = numbers(compact, whitespace)
     per_task = compact["quality"]["per_task"]
     fig, (speed, tokens, quality) = plt.subplots(1, 3, figsize=(15, 4.5), gridspec_kw={"width_ratios": [4, 3, 4]})
-    labels = ["P1 raw\nvLLM", "P1 extractor\nbatch", "P2 seed-style\nsequential", "P2 extractor\nconcurrent"]
+    labels = ["P1 raw\nvLLM", "P1\nextractor\nbatch", "P2 seed\nstyle, one\nat a time", "P2\nextractor\nconcurrent"]
     values = [
         n["p1_raw_docs_per_s"],
         n["p1_extractor_docs_per_s"],
@@ -173,7 +174,7 @@ def plot(compact: dict[str, Any], whitespace: dict[str, Any], path: Path) -> boo
     )
     tokens.bar_label(bars, fmt="%.1f")
     tokens.set_ylabel("output tokens / extraction")
-    tokens.set_title(f"P3 tokens ({n['p3_ratio']:.2f}×)")
+    tokens.set_title(f"P3 tokens ({n['p3_ratio']:.3f}×)")
     names = list(per_task)
     quality.barh([name.removeprefix("snips_") for name in names], [per_task[name]["f1"] for name in names])
     quality.set_xlim(0, 1)

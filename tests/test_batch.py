@@ -219,14 +219,14 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
 
 
 def test_sigkill_mid_run_then_resume_writes_every_id_once(tmp_path: Path) -> None:
-    ids = [f"doc-{i}" for i in range(300)]
+    ids = [f"doc-{i}" for i in range(400)]
     lines = [row(id=i, text=f"{LANDMARK_TEXT} ({i})") for i in ids]
     lines[50] = b"{bad json"  # bad rows are part of the file's accounting too
     source = write_lines(tmp_path / "in.jsonl", lines)
     out = tmp_path / "out.jsonl"
     args = ("landmark_slots", str(source), str(out), "--concurrency", "4", "--progress-interval", "0.2")
 
-    # Each answer takes 20 ms, 4 at a time: the run would take about 1.5 s; kill it midway.
+    # Each answer takes 20 ms, 4 at a time: the run would take about 2 s; kill it midway.
     first = cli(*args, env={"EXTRACTOR_SCRIPTED_DELAY_S": "0.02"})
     deadline = time.monotonic() + 60
     while not out.exists() or out.read_bytes().count(b"\n") < 40:

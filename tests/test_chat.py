@@ -15,6 +15,8 @@ from extractor.engines.base import Message
 from extractor.server import create_app
 from extractor.server.chat import build_messages, first_stop, held_back, until_stop_word
 
+from .test_server import metric
+
 
 def chars(messages: Sequence[Message]) -> int:
     """A token counter for tests: one token per character."""
@@ -126,6 +128,8 @@ async def test_chat_stops_at_user_stop_word_and_aborts_the_engine(
     plain = await chat_client.post("/chat", json={**body, "stream": False})
     assert plain.status_code == 200 and plain.json() == {"text": "Thought: x\n"}
     assert len(chat_engine.aborted) == 2
+    metrics = (await chat_client.get("/metrics")).text  # both chats gave their admission back
+    assert metric(metrics, "extractor_queue_depth") == 0 and metric(metrics, "extractor_in_flight") == 0
 
 
 async def test_chat_builds_the_prompt_with_history_and_system(

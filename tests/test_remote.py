@@ -304,11 +304,11 @@ async def test_extractor_on_the_remote_engine(stubs: Any, tmp_path: Path) -> Non
     answer = landmark(name="阿尔罕布拉宫", country="西班牙")
     stub = await stubs(ok(answer))
     settings = Settings.from_env({}, home=tmp_path, engine="remote", remote_urls=stub.url + "/")
-    async with Extractor(settings=settings) as extractor:
-        results = await extractor.aextract_many("landmark_slots", [LANDMARK_TEXT, LANDMARK_TEXT])
+    async with Extractor(settings=settings) as extractor:  # not started: four calls start it at once
+        results = await asyncio.gather(*(extractor.aextract("landmark_slots", LANDMARK_TEXT) for _ in range(4)))
     assert all(isinstance(r, ExtractionResult) and r.data["country"] == "西班牙" for r in results)
     assert all(r.model == "stub-model" for r in results if isinstance(r, ExtractionResult))
-    assert len(stub.completions) == 2 and "response_format" in stub.completions[0]
+    assert len(stub.completions) == 4 and "response_format" in stub.completions[0]
 
 
 def test_remote_settings_are_checked() -> None:

@@ -10,7 +10,6 @@ import asyncio
 import itertools
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,16 +26,11 @@ from extractor.models import resolve_model_dir
 from extractor.server import create_app
 
 from .test_real_engine import SNIPS, assert_grounded_and_valid
+from .test_server_process import free_port
 
 pytestmark = pytest.mark.engine
 
 LANDMARK_TEXT = "阿尔罕布拉宫是西班牙摩尔人统治时期的宫殿建筑。"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

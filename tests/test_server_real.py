@@ -11,22 +11,20 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import threading
 import time
-from collections.abc import Iterator
 
 import httpx
 import pytest
-import uvicorn
 
 from extractor import Extractor
 from extractor.engines.vllm import VLLMEngine
-from extractor.server import create_app
 
+from . import test_real_engine
 from .test_real_engine import SNIPS
 from .test_server import metric
 
 pytestmark = pytest.mark.engine
+live = test_real_engine.live_server  # that module's fixture (uvicorn on the session engine), here as `live`
 
 LANDMARKS = [
     "阿尔罕布拉宫是西班牙摩尔人统治时期的宫殿建筑。",
@@ -34,21 +32,6 @@ LANDMARKS = [
     "埃菲尔铁塔是法国巴黎的铁塔，建于十九世纪末。",
 ]
 JOBS = [("landmark_slots", t) for t in LANDMARKS] + SNIPS  # 8 documents, sent twice: 16 requests
-
-
-@pytest.fixture(scope="module")
-def live(real_extractor: Extractor) -> Iterator[str]:
-    app = create_app(real_extractor)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "server did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
-    server.should_exit = True
-    thread.join(timeout=30)
 
 
 def engine_idle(extractor: Extractor, within_s: float) -> bool:
@@ -110,7 +93,9 @@ def test_chat_streams_and_stops_at_a_user_stop_word(live: str, real_extractor: E
 
 
 def test_client_disconnect_aborts_the_engine_request(live: str, real_extractor: Extractor) -> None:
-    body = {"query": "Count from one to two hundred, in words.", "max_tokens": 1000, "temperature": 0.0}
+    # An extraction takes seconds on CPU; the client gives up after 0.3 s, mid-generation.
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(f"{live}/chat", json=body, timeout=1.5)
-    assert engine_idle(real_extractor, within_s=2.0)
+        httpx.post(f"{live}/extract/landmark_slots", json={"text": LANDMARKS[1]}, timeout=0.3)
+    assert engine_idle(real_extractor, within_s=1.0)
+    text = httpx.get(f"{live}/metrics").text
+    assert metric(text, "extractor_requests_total", task="landmark_slots", status="499") == 1

@@ -13,6 +13,7 @@ import contextlib
 import itertools
 import json
 import re
+import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ import httpx
 from extractor.config import Settings
 from extractor.engines.base import Generation, GenerationRequest, Message
 from extractor.engines.loop import LoopThread
-from extractor.engines.tokenizer import count_chat_tokens, load_tokenizer
+from extractor.engines.tokenizer import count_chat_tokens, estimate_tokens, load_tokenizer
 from extractor.errors import ConfigError, EngineError, InputError, ModelNotPreparedError
 from extractor.models import resolve_model_dir
 
@@ -127,6 +128,7 @@ class RemoteEngine:
         self._served_model: str | None = settings.remote_model
         self._max_model_len = settings.max_model_len
         self._turn = itertools.count()
+        self._start_lock = threading.Lock()
 
     @property
     def model_name(self) -> str:
@@ -138,16 +140,21 @@ class RemoteEngine:
 
     async def start(self) -> None:
         """Load the tokenizer if the model is local, open the connection pool, probe the servers."""
-        if self._loop is not None:
-            return
-        self._tokenizer = await asyncio.to_thread(self._local_tokenizer)
-        loop = LoopThread("extractor-remote")
-        try:
-            await loop.submit(self._open_pool())
-        except BaseException:
-            loop.stop()
-            raise
-        self._loop = loop
+        await asyncio.to_thread(self.start_sync)
+
+    def start_sync(self) -> None:
+        """Blocking :meth:`start`; idempotent, and safe to call from many callers at once."""
+        with self._start_lock:
+            if self._loop is not None:
+                return
+            self._tokenizer = self._local_tokenizer()
+            loop = LoopThread("extractor-remote")
+            try:
+                loop.run(self._open_pool())
+            except BaseException:
+                loop.stop()
+                raise
+            self._loop = loop
 
     def _local_tokenizer(self) -> Any:
         try:
@@ -218,9 +225,9 @@ class RemoteEngine:
     def count_prompt_tokens(self, messages: Sequence[Message]) -> int:
         if self._tokenizer is not None:
             return count_chat_tokens(self._tokenizer, messages)
-        # No local tokenizer: a low estimate (about 4 characters a token); a prompt that does
-        # not fit is then rejected by the server, and that rejection becomes an InputError.
-        return sum(len(m["content"]) // 4 + 4 for m in messages)
+        # No local tokenizer: a low estimate; a prompt that does not fit is then rejected by the
+        # server, and that rejection becomes an InputError.
+        return estimate_tokens(messages)
 
     async def _pick(self) -> Endpoint:
         """The healthy endpoint with the fewest requests in flight, waiting out Retry-After."""

@@ -7,6 +7,7 @@ from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 
 from extractor.engines.base import Generation, GenerationRequest, Message
+from extractor.engines.tokenizer import estimate_tokens
 from extractor.errors import EngineError
 
 Responder = Callable[[GenerationRequest], str]
@@ -79,8 +80,7 @@ class ScriptedEngine:
         return None
 
     def count_prompt_tokens(self, messages: Sequence[Message]) -> int:
-        # A stand-in tokenizer: roughly one token per 4 characters, as for English BPE.
-        return sum(len(m["content"]) // 4 + 4 for m in messages)
+        return estimate_tokens(messages)
 
     def _record(self, records: list[GenerationRequest], request: GenerationRequest) -> None:
         records.append(request)
