@@ -101,11 +101,6 @@ class Settings:
                 raise ConfigError(f"EXTRACTOR_{name.upper()}: must be > 0")
         if self.max_queued < 0 or self.ready_cache_s < 0:
             raise ConfigError("EXTRACTOR_MAX_QUEUED and EXTRACTOR_READY_CACHE_S must be >= 0")
-        if self.max_batch_items > self.max_in_flight + self.max_queued:
-            raise ConfigError(
-                "EXTRACTOR_MAX_BATCH_ITEMS: a batch must fit within EXTRACTOR_MAX_IN_FLIGHT + EXTRACTOR_MAX_QUEUED "
-                f"({self.max_in_flight + self.max_queued}), got {self.max_batch_items}"
-            )
 
     @property
     def remote_base_urls(self) -> tuple[str, ...]:

@@ -170,3 +170,15 @@ async def test_chat_with_a_lone_surrogate_is_422(chat_client: httpx.AsyncClient)
     body = b'{"query": "x", "history": [["\\ud800", "a"]]}'
     response = await chat_client.post("/chat", content=body, headers={"content-type": "application/json"})
     assert response.status_code == 422 and "history[0]" in response.json()["message"]
+
+
+async def test_an_error_once_streaming_comes_as_the_last_object(catalog: Catalog, tmp_path: Path) -> None:
+    engine = ScriptedEngine(["a long answer that takes its time"], chunk_chars=3, delay_s=3)
+    settings = Settings.from_env({}, home=tmp_path / "home", engine="scripted", request_timeout_s=0.5)
+    app = create_app(Extractor(settings=settings, engine=engine, catalog=catalog))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        response = await client.post("/chat", json={"query": "hi", "stream": True})
+    assert response.status_code == 200
+    chunks = split_stream(response.content)
+    assert chunks[-1]["error"] == "timeout" and "EXTRACTOR_REQUEST_TIMEOUT_S" in chunks[-1]["message"]
+    assert chunks[-1]["text"].startswith("a l") and len(engine.aborted) == 1

@@ -119,11 +119,16 @@ async def test_request_option_constrains_every_grounded_field(extractor: Extract
     assert "阿尔罕布拉宫是西班牙摩尔人统治时期的宫殿建筑" not in engine.history[0].messages[0]["content"]
 
 
-async def test_default_is_schema_only_decoding(extractor: Extractor, engine: ScriptedEngine) -> None:
-    engine.enqueue([landmark(name="阿尔罕布拉宫")])
-    result = await extractor.aextract("landmark_slots", LANDMARK_TEXT)
-    assert engine.history[0].json_schema == extractor.task("landmark_slots").engine_schema
-    assert result.grounded_fields == []
+async def test_shipped_slot_task_decodes_grounded_unless_turned_off(
+    extractor: Extractor, engine: ScriptedEngine
+) -> None:
+    # landmark_slots sets "grounded_decoding": true; a request can turn it off.
+    engine.enqueue([landmark(name="阿尔罕布拉宫"), landmark(name="阿尔罕布拉宫")])
+    grounded = await extractor.aextract("landmark_slots", LANDMARK_TEXT)
+    assert grounded.grounded_fields and engine.history[0].json_schema != extractor.task("landmark_slots").engine_schema
+    plain = await extractor.aextract("landmark_slots", LANDMARK_TEXT, grounded_decoding=False)
+    assert engine.history[1].json_schema == extractor.task("landmark_slots").engine_schema
+    assert plain.grounded_fields == []
 
 
 @pytest.fixture

@@ -154,10 +154,13 @@ async def test_bad_batch_body_is_422(client: httpx.AsyncClient, body: object) ->
 
 
 async def test_batch_over_item_limit_is_413(catalog: Catalog, tmp_path: Path) -> None:
-    app = make_app(catalog, tmp_path, ScriptedEngine(respond=answer_by_text), max_batch_items=2)
-    async with client_for(app) as client:
-        response = await client.post("/extract/landmark_slots/batch", json={"items": [{"text": "故宫"}] * 3})
-    assert response.status_code == 413 and "EXTRACTOR_MAX_BATCH_ITEMS" in response.json()["message"]
+    for limits in ({"max_batch_items": 2}, {"max_in_flight": 1, "max_queued": 1}):
+        app = make_app(catalog, tmp_path, ScriptedEngine(respond=answer_by_text), **limits)
+        async with client_for(app) as client:
+            response = await client.post("/extract/landmark_slots/batch", json={"items": [{"text": "故宫"}] * 3})
+            fits = await client.post("/extract/landmark_slots/batch", json={"items": [{"text": "故宫"}] * 2})
+        assert response.status_code == 413 and "over the limit of 2" in response.json()["message"]
+        assert fits.status_code == 200
 
 
 async def test_batch_of_unknown_task_is_404(client: httpx.AsyncClient) -> None:
@@ -234,7 +237,7 @@ async def test_text_over_limit_is_413(catalog: Catalog, tmp_path: Path) -> None:
 
 async def test_over_admission_limit_is_429_with_retry_after(catalog: Catalog, tmp_path: Path) -> None:
     engine = ScriptedEngine(respond=answer_by_text, delay_s=0.3)
-    app = make_app(catalog, tmp_path, engine, max_in_flight=2, max_queued=1, max_batch_items=3)
+    app = make_app(catalog, tmp_path, engine, max_in_flight=2, max_queued=1)
     async with client_for(app) as client:
         responses = await asyncio.gather(
             *(client.post("/extract/landmark_slots", json={"text": LANDMARK_TEXT}) for _ in range(5))

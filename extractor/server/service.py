@@ -175,10 +175,12 @@ class Service:
     ) -> list[ExtractionResult | ExtractorError]:
         """One result or one error per item, in order; the batch is admitted whole."""
         self.task(task)
-        if len(items) > self.settings.max_batch_items:
+        # A batch is admitted whole, so it can be no larger than the room in flight + queued.
+        limit = min(self.settings.max_batch_items, self.admission.capacity)
+        if len(items) > limit:
             raise PayloadTooLargeError(
-                f"the batch has {len(items)} items, over the limit of {self.settings.max_batch_items} "
-                "(EXTRACTOR_MAX_BATCH_ITEMS); split it"
+                f"the batch has {len(items)} items, over the limit of {limit} (EXTRACTOR_MAX_BATCH_ITEMS, at most "
+                "EXTRACTOR_MAX_IN_FLIGHT + EXTRACTOR_MAX_QUEUED); split it"
             )
         await self._accepting()
         deadline = self._deadline()
