@@ -15,6 +15,7 @@ text, then the expected output as the assistant's compact JSON answer.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -45,11 +46,19 @@ def render_instruction(task: Task, text: str, *, feedback: Sequence[str] = (), p
     ).strip()
 
 
-def render(task: Task, text: str, *, feedback: Sequence[str] = (), previous: str | None = None) -> list[Message]:
-    """The full chat for one attempt: system, few-shot examples, then the request."""
+@functools.lru_cache(maxsize=256)
+def _preamble(task: Task) -> tuple[Message, ...]:
+    # The system turn and the worked examples are the same for every request of a task:
+    # render them through the sandbox once (tasks hash by identity, so a reload is a new key).
     messages: list[Message] = [{"role": "system", "content": task.settings.system or DEFAULT_SYSTEM}]
     for example in task.examples:
         messages.append({"role": "user", "content": render_instruction(task, example.text)})
         messages.append({"role": "assistant", "content": compact_json(example.output)})
+    return tuple(messages)
+
+
+def render(task: Task, text: str, *, feedback: Sequence[str] = (), previous: str | None = None) -> list[Message]:
+    """The full chat for one attempt: system, few-shot examples, then the request."""
+    messages: list[Message] = [m.copy() for m in _preamble(task)]
     messages.append({"role": "user", "content": render_instruction(task, text, feedback=feedback, previous=previous)})
     return messages

@@ -48,6 +48,20 @@ async def test_options_reach_the_engine(client: httpx.AsyncClient, engine: Scrip
     assert engine.history[0].temperature == 0.0 and engine.history[0].max_tokens == 99
 
 
+async def test_grounding_options_reach_the_pipeline(
+    client: httpx.AsyncClient, engine: ScriptedEngine, extractor: Extractor
+) -> None:
+    engine.enqueue([landmark(name="阿尔罕布拉宫")] * 2)
+    plain = {"text": LANDMARK_TEXT, "options": {"grounded_decoding": False}}
+    assert (await client.post("/extract/landmark_slots", json=plain)).status_code == 200
+    assert engine.history[-1].json_schema == extractor.task("landmark_slots").engine_schema
+    grounded = await client.post("/extract/landmark_slots", json={"text": LANDMARK_TEXT})
+    assert grounded.json()["grounded_fields"]  # the task's own setting applies when the option is absent
+    long_text = "阿尔罕布拉宫是西班牙的宫殿。" * 4000
+    response = await client.post("/extract/landmark_slots", json={"text": long_text, "options": {"chunk": False}})
+    assert response.status_code == 422 and "too long" in response.json()["message"]
+
+
 @pytest.mark.parametrize("name", ["nope", "..", "%2e%2e", "a%00", "..%2f..%2fetc%2fpasswd"])
 async def test_unknown_task_is_404_naming_nothing_from_disk(client: httpx.AsyncClient, name: str) -> None:
     response = await client.post(f"/extract/{name}", json={"text": "x"})

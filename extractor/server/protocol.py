@@ -18,6 +18,12 @@ class ExtractOptions(BaseModel):
     max_attempts: int | None = Field(default=None, ge=1, le=3)
     max_tokens: int | None = Field(default=None, ge=1, le=8192)
     grounding: Literal["strict", "flag", "off"] | None = None
+    chunk: bool | None = Field(
+        default=None, description="split a text longer than the window (None: the task's setting)"
+    )
+    grounded_decoding: bool | None = Field(
+        default=None, description="decode grounded string fields as spans of the text (None: the task's setting)"
+    )
 
 
 class ExtractRequest(BaseModel):

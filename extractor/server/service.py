@@ -205,6 +205,8 @@ class Service:
                     max_tokens=options.max_tokens,
                     max_attempts=options.max_attempts,
                     grounding=options.grounding,
+                    chunk=options.chunk,
+                    grounded_decoding=options.grounded_decoding,
                 )
         except TimeoutError:
             raise self._timed_out() from None
