@@ -227,7 +227,8 @@ def _cmd_batch(args: argparse.Namespace) -> int:
         grounding=args.grounding,
     )
     progress = Progress(label="batch", interval_s=args.progress_interval)
-    summary = batch.run(Extractor(settings=settings), config, progress=progress)
+    with _engine_output_to_stderr():
+        summary = batch.run(Extractor(settings=settings), config, progress=progress)
     print(summary.text())
     print(f"summary: {batch.summary_path(config.output)}")
     return 0
@@ -258,13 +259,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         "max_attempts": args.max_attempts,
         "grounding": args.grounding,
     }
-    report, predictions = evaluation.run(
-        extractor,
-        items,
-        concurrency=args.concurrency or extractor.settings.max_num_seqs,
-        options=options,
-        progress=Progress(label="eval", interval_s=args.progress_interval),
-    )
+    with _engine_output_to_stderr():
+        report, predictions = evaluation.run(
+            extractor,
+            items,
+            concurrency=args.concurrency or extractor.settings.max_num_seqs,
+            options=options,
+            progress=Progress(label="eval", interval_s=args.progress_interval),
+        )
     if args.out:
         evaluation.write_predictions(Path(args.out), predictions)
     if args.json:
