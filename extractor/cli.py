@@ -106,8 +106,9 @@ def _cmd_extract(args: argparse.Namespace) -> int:
         raise ExtractorError("no text: pass --text, --file or pipe the text on stdin")
     extractor = Extractor(settings=_settings(args))
     extractor.task(args.task)  # fail fast on an unknown task, before loading the model
-    try:
-        with _engine_output_to_stderr():
+    # The engine logs while it starts, works and shuts down: all of it inside the redirect.
+    with _engine_output_to_stderr():
+        try:
             result = extractor.extract(
                 args.task,
                 text,
@@ -118,17 +119,21 @@ def _cmd_extract(args: argparse.Namespace) -> int:
                 chunk=args.chunk,
                 grounded_decoding=args.grounded_decoding,
             )
-    except ExtractionFailed as error:
+        except ExtractionFailed as error:
+            failed: ExtractionFailed | None = error
+        else:
+            failed = None
+        finally:
+            extractor.close()
+    if failed is not None:
         _print_json(
             {
                 "error": "extraction_failed",
-                "message": str(error),
-                "attempts": [a.model_dump(mode="json") for a in error.attempts],
+                "message": str(failed),
+                "attempts": [a.model_dump(mode="json") for a in failed.attempts],
             }
         )
         return 1
-    finally:
-        extractor.close()
     _print_json(result.model_dump(mode="json"))
     return 0
 

@@ -108,3 +108,25 @@ def test_http_extract_through_real_app(live_server: str) -> None:
         assert client.post("/extract/nope", json={"text": "x"}).status_code == 404
         assert client.post("/extract/landmark_slots", json={"txt": "x"}).status_code == 422
         assert json.loads(client.get("/tasks").text)["errors"] == []
+
+
+def test_cli_extract_prints_only_the_result(real_extractor: Extractor) -> None:
+    # A user pipes this into jq: vLLM's own logs (and its workers') must stay off stdout.
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "extractor.cli", "extract", "landmark_slots", "--text", LANDMARK_TEXT],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env={**os.environ},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    task = real_extractor.task("landmark_slots")
+    assert result["task"] == "landmark_slots"
+    assert list(task.validator.iter_errors(result["data"])) == []
+    assert "INFO" in done.stderr  # the engine did log, to stderr
