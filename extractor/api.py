@@ -17,7 +17,7 @@ from extractor.errors import ExtractorError
 from extractor.grounding import GroundingPolicy
 from extractor.results import ExtractionResult
 from extractor.tasks import Catalog, Task
-from extractor.typed import TypedModel, model_for_schema
+from extractor.typed import TypedModel
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
@@ -39,7 +39,6 @@ class Extractor:
         self.settings = settings or Settings.from_env()
         self.catalog = catalog or Catalog.load(self.settings.tasks_dir, backend=self.settings.grammar_backend)
         self._engine = engine
-        self._typed: dict[str, TypedModel] = {}
         self._started = False
         self._lock = threading.Lock()
 
@@ -56,17 +55,11 @@ class Extractor:
         return self.catalog.get(name)
 
     def typed_model(self, name: str) -> TypedModel:
-        """The pydantic model built from the task's schema (built once per task, at catalog load)."""
-        if name not in self._typed:
-            spec = self.task(name)
-            self._typed[name] = spec.typed or model_for_schema(spec.schema, name=name)
-        return self._typed[name]
-
-    def _typed_or_none(self, name: str) -> TypedModel | None:
-        try:
-            return self.typed_model(name)
-        except Exception:  # noqa: BLE001 - reported as a task warning at load; result.value is then None
-            return None
+        """The pydantic model built from the task's schema (built once, when the catalog loads it)."""
+        typed = self.task(name).typed
+        if typed is None:
+            raise ExtractorError(f"task {name!r} has no typed model; its load warnings say why")
+        return typed
 
     async def astart(self) -> None:
         """Start the engine (loads the model); idempotent."""
@@ -140,7 +133,7 @@ class Extractor:
             grounded_decoding=grounded_decoding,
         )
         result = await pipeline.run(
-            spec, text, engine=self.engine, settings=self.settings, options=options, typed=self._typed_or_none(task)
+            spec, text, engine=self.engine, settings=self.settings, options=options, typed=spec.typed
         )
         if output_type is not None:
             return output_type.model_validate(result.data)
