@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from extractor import Settings, Task
+from extractor import Settings, Task, grounded_decoding
 from extractor.engines.base import Engine, Generation, GenerationRequest
 from extractor.gold import GoldItem, load_gold, select, task_map
 from extractor.prompting import render
@@ -82,12 +82,30 @@ def jobs(items: Sequence[GoldItem], tasks: Sequence[str], per_task: int) -> list
     return sorted(chosen, key=lambda i: tasks.index(i.task))
 
 
-def request(task: Task, text: str, *, schema: bool = True, settings_: Settings | None = None) -> GenerationRequest:
-    """The first attempt's request exactly as the pipeline builds it (greedy)."""
-    max_tokens = task.settings.max_tokens or (settings_ or settings()).max_tokens
+def request(
+    task: Task, text: str, *, schema: bool = True, grounded: bool = False, settings_: Settings | None = None
+) -> GenerationRequest:
+    """The first attempt's request exactly as the pipeline builds it (greedy).
+
+    ``grounded``: with the task's grounded decoding (when the task turns it on), as the pipeline's
+    first attempt sends it: the substring grammar, or the enum schema where the grammar cannot go.
+    """
+    s = settings_ or settings()
+    max_tokens = task.settings.max_tokens or s.max_tokens
+    json_schema: Any = task.engine_schema if schema else None
+    grammar = None
+    if schema and grounded and task.settings.grounded_decoding:
+        constrained = grounded_decoding.constrain(
+            task.schema, text, everywhere=True, max_words=s.grounded_max_words, clauses=s.grounded_clauses
+        )
+        if constrained is not None and constrained.grammar is not None:
+            json_schema, grammar = None, constrained.grammar
+        elif constrained is not None and constrained.schema is not None:
+            json_schema = constrained.schema
     return GenerationRequest(
         messages=render(task, text),
-        json_schema=task.engine_schema if schema else None,
+        json_schema=json_schema,
+        grammar=grammar,
         temperature=TEMPERATURE,
         max_tokens=max_tokens,
     )

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import common
+from bench import common, stages
 from extractor import ExtractionResult, Extractor, Task
 from extractor.batch import BatchConfig, run_batch
 from extractor.engines.base import Engine, GenerationRequest, Message
@@ -32,8 +32,13 @@ from extractor.gold import GoldItem
 SEED_TRIES = 3
 
 
-async def extractor_batches(extractor: Extractor, items: Sequence[GoldItem]) -> dict[str, Any]:
-    """Run ``extractor batch`` once per task, one after another, as a user would."""
+async def extractor_batches(
+    extractor: Extractor, items: Sequence[GoldItem], *, grounded: bool | None = None
+) -> dict[str, Any]:
+    """Run ``extractor batch`` once per task, one after another, as a user would.
+
+    ``grounded``: the batch's grounded-decoding option (None: each task's setting, as shipped).
+    """
     totals = {"docs": 0, "ok": 0, "attempts": 0, "completion_tokens": 0, "seconds": 0.0}
     with tempfile.TemporaryDirectory() as folder:
         for task in dict.fromkeys(i.task for i in items):
@@ -41,7 +46,12 @@ async def extractor_batches(extractor: Extractor, items: Sequence[GoldItem]) -> 
             rows = [{"id": i.id, "text": i.text} for i in items if i.task == task]
             source.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
             config = BatchConfig(
-                task=task, input=source, output=out, concurrency=common.CONCURRENCY, temperature=common.TEMPERATURE
+                task=task,
+                input=source,
+                output=out,
+                concurrency=common.CONCURRENCY,
+                temperature=common.TEMPERATURE,
+                grounded_decoding=grounded,
             )
             summary = await run_batch(extractor, config)
             totals["docs"] += summary.rows
@@ -57,13 +67,17 @@ async def raw_passes(
     extractor: Extractor,
     items: Sequence[GoldItem],
     *,
+    grounded: bool = False,
     transform: Callable[[GenerationRequest], GenerationRequest] | None = None,
 ) -> dict[str, Any]:
-    """Raw generate, grouped by task like the batches; tokens and schema validity per output."""
+    """Raw generate, grouped by task like the batches; tokens and schema validity per output.
+
+    ``grounded``: each request under the task's grounded decoding, as the pipeline's first attempt.
+    """
     seconds, tokens, valid = 0.0, [], 0
     for task_name in dict.fromkeys(i.task for i in items):
         task = extractor.task(task_name)
-        requests = [common.request(task, i.text) for i in items if i.task == task_name]
+        requests = [common.request(task, i.text, grounded=grounded) for i in items if i.task == task_name]
         requests = [transform(r) for r in requests] if transform else requests
         generations, took = await common.generate_all(engine, requests)
         seconds += took
@@ -161,10 +175,21 @@ async def main(quick: bool, out: Path) -> None:
     throughput = common.jobs(items, size.throughput_tasks, size.throughput_per_task)
     try:
         # Warm-up: compile each schema's grammar and fill the prefix cache, for both sides alike.
+        await raw_passes(engine, extractor, throughput, grounded=True)
         await raw_passes(engine, extractor, throughput)
-        ours = await extractor_batches(extractor, throughput)
-        raw = await raw_passes(engine, extractor, throughput)
-        print(f"bench: P1 done: extractor {ours['seconds']:.1f} s, raw {raw['seconds']:.1f} s", flush=True)
+        # P1 compares the same work on both sides: grounded decoding on (the shipped default) on both,
+        # then off on both. The shipped-defaults run also records where the extractor's time goes.
+        with stages.timed(engine) as spent:
+            ours = await extractor_batches(extractor, throughput)
+        ours["stages"] = dict(spent)
+        raw = await raw_passes(engine, extractor, throughput, grounded=True)
+        ours_off = await extractor_batches(extractor, throughput, grounded=False)
+        raw_off = await raw_passes(engine, extractor, throughput)
+        print(
+            f"bench: P1 done: grounded extractor {ours['seconds']:.1f} s, raw {raw['seconds']:.1f} s; "
+            f"ungrounded extractor {ours_off['seconds']:.1f} s, raw {raw_off['seconds']:.1f} s",
+            flush=True,
+        )
         seed = await versus_seed(engine, extractor, common.jobs(items, size.throughput_tasks, size.seed_per_task))
         print(
             f"bench: P2 done: seed {seed['seed']['seconds']:.1f} s, extractor {seed['extractor']['seconds']:.1f} s",
@@ -182,7 +207,13 @@ async def main(quick: bool, out: Path) -> None:
             "machine": common.machine(),
             "model": engine.model_name,
             "engine_start_s": engine_start_s,
-            "p1": {"extractor": ours, "raw": raw, "tasks": list(size.throughput_tasks)},
+            "p1": {
+                "extractor": ours,
+                "raw": raw,
+                "extractor_ungrounded": ours_off,
+                "raw_ungrounded": raw_off,
+                "tasks": list(size.throughput_tasks),
+            },
             "p2": seed,
             "quality": quality,
         },

@@ -43,6 +43,7 @@ class BatchConfig:
     max_tokens: int | None = None
     max_attempts: int | None = None
     grounding: GroundingPolicy | None = None
+    grounded_decoding: bool | None = None
 
 
 @dataclass
@@ -164,6 +165,7 @@ async def extract_row(extractor: Extractor, config: BatchConfig, row: Row) -> di
             max_tokens=config.max_tokens,
             max_attempts=config.max_attempts,
             grounding=config.grounding,
+            grounded_decoding=config.grounded_decoding,
         )
     except ExtractionFailed as error:
         attempts = [a.model_dump(mode="json") for a in error.attempts]

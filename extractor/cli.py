@@ -13,8 +13,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from extractor.config import Settings
-from extractor.errors import ExtractionFailed, ExtractorError
+from extractor.config import Settings, parse_bool
+from extractor.errors import ConfigError, ExtractionFailed, ExtractorError
 
 _SETTING_HELP = {
     "home": "cache folder for converted models (EXTRACTOR_HOME)",
@@ -49,6 +49,14 @@ def _add_settings(parser: argparse.ArgumentParser, *, serve: bool = False) -> No
             continue
         kind = hints[f.name]
         convert: Any = int if kind is int else float if kind is float else str
+        if kind is bool:
+
+            def convert(raw: str, name: str = f.name) -> bool:
+                try:
+                    return parse_bool(name, raw)
+                except ConfigError as error:
+                    raise argparse.ArgumentTypeError(str(error)) from None
+
         group.add_argument(
             f"--{f.name.replace('_', '-')}",
             dest=f.name,
@@ -60,6 +68,11 @@ def _add_settings(parser: argparse.ArgumentParser, *, serve: bool = False) -> No
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grounding", choices=["strict", "flag", "off"])
+    parser.add_argument(
+        "--grounded-decoding",
+        action=argparse.BooleanOptionalAction,
+        help="hold grounded string fields to the text while decoding (default: each task's setting)",
+    )
     parser.add_argument("--concurrency", type=int, help="extractions in flight (default: max-num-seqs)")
     parser.add_argument(
         "--progress-interval", type=float, default=10.0, help="seconds between progress lines when not on a terminal"
@@ -152,6 +165,7 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
                         "title": t.title,
                         "fields": [f.name for f in t.fields],
                         "examples": len(t.examples),
+                        "pool": len(t.pool) if t.pool is not None else 0,
                         "warnings": list(t.warnings),
                     }
                     for t in catalog.tasks.values()
@@ -162,7 +176,8 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
     else:
         for name in catalog.names():
             task = catalog.tasks[name]
-            print(f"{name:32} {len(task.fields):3} fields  {len(task.examples)} examples  {task.title}")
+            pool = f"{len(task.pool):6} in pool" if task.pool is not None else " " * 14
+            print(f"{name:32} {len(task.fields):3} fields  {len(task.examples)} examples {pool}  {task.title}")
             for warning in task.warnings:
                 print(f"  warning: {warning}")
         for error in catalog.errors:
@@ -230,6 +245,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens,
         max_attempts=args.max_attempts,
         grounding=args.grounding,
+        grounded_decoding=args.grounded_decoding,
     )
     progress = Progress(label="batch", interval_s=args.progress_interval)
     with _engine_output_to_stderr():
@@ -258,11 +274,13 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         mapping=gold.task_map(args.task_map),
     )
     items = gold.select(items, per_task=args.per_task, limit=args.limit)
+    items = _pool_overlap(extractor, items, exclude=args.exclude_pool_overlap)
     options = {
         "temperature": args.temperature,
         "max_tokens": args.max_tokens,
         "max_attempts": args.max_attempts,
         "grounding": args.grounding,
+        "grounded_decoding": args.grounded_decoding,
     }
     with _engine_output_to_stderr():
         report, predictions = evaluation.run(
@@ -278,6 +296,48 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         _print_json(report)
     else:
         print(evaluation.report_text(report, fields=args.fields))
+    return 0
+
+
+def _pool_overlap(extractor: Any, items: list[Any], *, exclude: bool) -> list[Any]:
+    """Warn about gold texts that are also in their task's example pool; drop them when ``exclude``."""
+    leaked = [i for i in items if (pool := extractor.task(i.task).pool) is not None and pool.contains(i.text)]
+    if not leaked:
+        return items
+    lines = ", ".join(str(i.line) for i in leaked[:10]) + (" ..." if len(leaked) > 10 else "")
+    action = "left out of the score" if exclude else "kept (--no-exclude-pool-overlap): the score is optimistic"
+    print(
+        f"warning: {len(leaked)} gold text(s) are also in their task's example pool (lines {lines}); {action}",
+        file=sys.stderr,
+    )
+    if not exclude:
+        return items
+    dropped = {id(i) for i in leaked}
+    kept = [i for i in items if id(i) not in dropped]
+    if not kept:
+        raise ExtractorError("every gold text is also in the example pool: nothing left to score")
+    return kept
+
+
+def _cmd_examples(args: argparse.Namespace) -> int:
+    from extractor import gold
+    from extractor.examples.importing import import_gold, write_pool
+    from extractor.tasks import Catalog
+
+    settings = _settings(args)
+    task = Catalog.load(settings.tasks_dir, backend=settings.grammar_backend).get(args.task)
+    lines, report = import_gold(
+        Path(args.gold),
+        task,
+        task_field=args.task_field,
+        mapping=gold.task_map(args.task_map) if args.task_map else None,
+    )
+    print(report.text(), file=sys.stderr)
+    if not lines:
+        raise ExtractorError(f"{args.gold}: no usable line for {args.task}; nothing written")
+    out = Path(args.out) if args.out else settings.tasks_dir / "examples" / f"{task.name}.jsonl"
+    write_pool(out, lines)
+    print(out)
     return 0
 
 
@@ -343,9 +403,26 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--json", action="store_true", help="print the report as one JSON object")
     evaluate.add_argument("--out", help="write the predictions here (JSONL)")
     evaluate.add_argument("--fields", action="store_true", help="also report each field")
+    evaluate.add_argument(
+        "--exclude-pool-overlap",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="leave out gold texts that are also in their task's example pool (default: on; warns either way)",
+    )
     _add_run_options(evaluate)
     _add_settings(evaluate)
     evaluate.set_defaults(handler=_cmd_eval)
+
+    examples = commands.add_parser("examples", help="manage a task's example pool (examples/<task>.jsonl)")
+    examples_actions = examples.add_subparsers(dest="action", required=True)
+    importer = examples_actions.add_parser("import", help="turn a gold file into the task's example pool")
+    importer.add_argument("task")
+    importer.add_argument("gold", metavar="GOLD.jsonl", help="lines with 'text' and 'expected' (as eval) or 'output'")
+    importer.add_argument("--task-field", default="task", help="the key naming a line's task (default: task)")
+    importer.add_argument("--task-map", help="'snips' (AddToPlaylist -> snips_add_to_playlist) or a JSON file")
+    importer.add_argument("--out", help="write the pool here (default: <tasks-dir>/examples/<task>.jsonl)")
+    _add_settings(importer)
+    importer.set_defaults(handler=_cmd_examples)
 
     serve = commands.add_parser("serve", help="run the HTTP service")
     _add_settings(serve, serve=True)

@@ -46,8 +46,14 @@ class Settings:
     tensor_parallel_size: int = 1
     quantization: str | None = None
     max_num_seqs: int = 64
+    # KV-cache block size in tokens (None: vLLM's default, 128 on CPU). Prefix caching reuses whole
+    # blocks only, so smaller blocks keep more of a shared instruction cached (see README).
+    block_size: int | None = None
     grammar_backend: GrammarBackend = "guidance"
     kv_cache_space_gib: int = 4
+    # grounded decoding: substring grammars up to this many words; each value within one clause
+    grounded_max_words: int = 5000
+    grounded_clauses: bool = False
     temperature: float = 0.1
     max_tokens: int = 256
     max_attempts: int = MAX_ATTEMPTS_LIMIT
@@ -82,6 +88,8 @@ class Settings:
             raise ConfigError(f"EXTRACTOR_MAX_ATTEMPTS: must be 1..{MAX_ATTEMPTS_LIMIT}, got {self.max_attempts}")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ConfigError("EXTRACTOR_GPU_MEMORY_UTILIZATION: must be in (0, 1]")
+        if self.grounded_max_words < 1:
+            raise ConfigError("EXTRACTOR_GROUNDED_MAX_WORDS: must be >= 1")
         if self.max_model_len < 64 or self.max_tokens < 1:
             raise ConfigError("EXTRACTOR_MAX_MODEL_LEN must be >= 64 and EXTRACTOR_MAX_TOKENS >= 1")
         self._check_service()
@@ -132,8 +140,20 @@ class Settings:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
+def parse_bool(name: str, raw: str) -> bool:
+    """``1/true/yes/on`` or ``0/false/no/off`` (any case); anything else is a :class:`ConfigError`."""
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"EXTRACTOR_{name.upper()}: expected true or false, got {raw!r}")
+
+
 def _coerce(name: str, annotation: object, raw: str) -> Any:
     kind = str(annotation)
+    if kind == "bool":
+        return parse_bool(name, raw)
     try:
         if kind.startswith("int"):
             return int(raw)

@@ -95,6 +95,16 @@ def walk(schema: Any, pointer: str = "#") -> Iterator[tuple[str, Mapping[str, An
         yield from walk(schema.get(key), f"{pointer}/{key}")
 
 
+def types_of(node: Mapping[str, Any]) -> set[str]:
+    """The JSON types a subschema's ``type`` names (empty when it names none)."""
+    declared = node.get("type")
+    if isinstance(declared, str):
+        return {declared}
+    if isinstance(declared, list):
+        return {str(k) for k in declared}
+    return set()
+
+
 def _escape(token: str) -> str:
     return token.replace("~", "~0").replace("/", "~1")
 

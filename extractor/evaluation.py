@@ -34,6 +34,7 @@ class Tally:
     attempted: int = 0
     attempts: int = 0
     completion_tokens: int = 0
+    prompt_tokens: int = 0
     values: int = 0  # predicted string values checked against the text
     ungrounded: int = 0
     fields: dict[str, Counts] = field(default_factory=dict)
@@ -47,6 +48,7 @@ class Tally:
         self.attempted += bool(attempts)
         self.attempts += len(attempts)
         self.completion_tokens += sum(a.completion_tokens for a in attempts)
+        self.prompt_tokens += sum(a.prompt_tokens for a in attempts)
         if result is not None:
             spans = [*result.spans, *result.removed]
             self.values += len(spans)
@@ -68,6 +70,7 @@ class Tally:
             "ungrounded_rate": self.ungrounded / self.values if self.values else None,
             "docs_per_s": self.docs / elapsed_s if elapsed_s > 0 else 0.0,
             "output_tokens_per_doc": _rate(self.completion_tokens, self.docs),
+            "prompt_tokens_per_doc": _rate(self.prompt_tokens, self.docs),
             "per_field": {name: c.as_dict() for name, c in sorted(self.fields.items())},
         }
 
@@ -205,7 +208,8 @@ def report_text(result: dict[str, Any], *, fields: bool = False) -> str:
         f"  repaired {result['repaired_rate']:.1%}  mean attempts {result['mean_attempts']:.2f}",
         "ungrounded values "
         + (f"{ungrounded:.1%}" if ungrounded is not None else "n/a")
-        + f"  output tokens/doc {result['output_tokens_per_doc']:.1f}",
+        + f"  output tokens/doc {result['output_tokens_per_doc']:.1f}"
+        + f"  prompt tokens/doc {result['prompt_tokens_per_doc']:.0f}",
         "",
         f"{'task':32} {'docs':>5} {'P':>6} {'R':>6} {'F1':>6} {'valid':>7} {'1st ok':>7} {'attempts':>8}",
     ]

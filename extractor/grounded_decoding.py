@@ -1,12 +1,20 @@
 """Grounded decoding: constrain extractive string fields to spans of the input text. Pure.
 
 Post-hoc grounding finds an invented value after the model wrote it; grounded decoding makes
-inventing impossible. For one request, each extractive string field's subschema is replaced by an
-``enum`` of candidate spans of the text (``null`` kept where the schema allows it), so the grammar
-backend masks every token that would leave the text.
+inventing impossible. For one request, :func:`constrain` picks, in this order:
 
-Candidates are the text's runs of 1 to :data:`MAX_UNITS` units, where a unit is a word of a spaced
-script (a whitespace-free run), one character of an unspaced script (CJK, Thai...) or one
+1. **grammar** (:mod:`extractor.constraints.substring`): the schema as a Lark grammar in which
+   each grounded string field is a substring of the text (llguidance's suffix automaton: a few
+   ms to compile, linear in the text). Texts up to ``max_words`` words (a setting; past it a
+   large-vocabulary tokenizer makes llguidance fail silently) are grounded while decoding;
+2. **enum**, where the schema holds grounded fields under constructs the grammar does not spell
+   out (``oneOf``, ``allOf``...): each extractive field's subschema replaced by an ``enum`` of
+   candidate spans (up to :data:`MAX_CANDIDATES`, about 170 words);
+3. **posthoc**: past both, decoding follows the task schema and grounding is checked after
+   generation. The result says which one ran (``result.grounded_decoding``) and why.
+
+Enum candidates are the text's runs of 1 to :data:`MAX_UNITS` units, where a unit is a word of a
+spaced script (a whitespace-free run), one character of an unspaced script (CJK, Thai...) or one
 punctuation mark of those; each run is offered as written and with its edge punctuation stripped
 (``2nd, 2037?`` and ``2nd, 2037``). A field keeps the candidates that satisfy its ``minLength``,
 ``maxLength`` (default :data:`MAX_CHARS`) and ``pattern``.
@@ -16,11 +24,6 @@ marked ``"x-extractive": true``; with the task setting ``"grounded_decoding": tr
 request option), every string subschema whose value is grounded (not under ``"x-grounded":
 false``) unless marked ``"x-extractive": false``. A subschema reached both from grounded and
 ungrounded places (a shared ``$ref``) is left alone.
-
-Long texts: past :data:`MAX_CANDIDATES` candidates the request falls back to post-hoc checking
-(the enum would bloat the grammar). A substring grammar would lift the bound, but it needs a
-grammar request rather than a JSON Schema, which the engine interface does not carry; chunking
-(``x-extractor.chunking``) keeps each chunk's candidate list small instead.
 """
 
 from __future__ import annotations
@@ -29,23 +32,35 @@ import re
 import unicodedata
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from extractor import decoding
+from extractor.constraints import substring
 from extractor.grounding import _resolve, is_unspaced
 
 MAX_UNITS = 12
 MAX_CHARS = 64
 MAX_CANDIDATES = 2000
+# Substring grammars past this many words go unconstrained (llguidance's default parser fuel,
+# 131k-token vocabulary: generation fails silently past ~6,000 words). See `bench/grounded_grammar.py`.
+MAX_WORDS = 5000
+Mode = Literal["grammar", "enum", "posthoc"]
 _UNIT = re.compile(r"\s+")
 
 
 @dataclass(frozen=True)
 class Constrained:
-    """The per-request engine schema and the schema pointers of the fields it constrains."""
+    """What one request is decoded under, and the schema pointers of the fields held to the text.
 
-    schema: dict[str, Any]
+    Exactly one of ``grammar`` (mode ``grammar``) and ``schema`` (mode ``enum``) is set; mode
+    ``posthoc`` sets neither (the task schema applies). ``note`` says why a weaker mode ran.
+    """
+
     fields: tuple[str, ...]
+    mode: Mode
+    schema: dict[str, Any] | None = None
+    grammar: str | None = None
+    note: str | None = None
 
 
 def extractive_nodes(schema: Mapping[str, Any], *, everywhere: bool) -> dict[int, str]:
@@ -122,16 +137,55 @@ def candidates(
 
 
 def constrain(
-    schema: Mapping[str, Any], text: str, *, everywhere: bool, max_candidates: int = MAX_CANDIDATES
+    schema: Mapping[str, Any],
+    text: str,
+    *,
+    everywhere: bool,
+    max_words: int = MAX_WORDS,
+    clauses: bool = False,
+    max_candidates: int = MAX_CANDIDATES,
 ) -> Constrained | None:
-    """The engine schema for one text, extractive fields turned into enums of its spans.
+    """How to decode ``text`` so that its extractive fields stay in it (None: no field is extractive).
 
-    Returns None when no field is extractive or the text has more than ``max_candidates``
-    candidate spans (then decoding follows the task schema and grounding is checked after).
+    Args:
+        schema: The task schema, ``x-*`` annotations included.
+        text: The text (or chunk) the request reads.
+        everywhere: Every grounded string field, not only those marked ``"x-extractive": true``.
+        max_words: Past this many words the grammar is not used (post-hoc check instead).
+        clauses: Hold each value to one clause of the text (no value across ``，`` or ``;``).
+        max_candidates: The enum path's bound on candidate spans.
+
     """
     targets = extractive_nodes(schema, everywhere=everywhere)
     if not targets:
         return None
+    words = substring.word_count(text)
+    if words > max_words:
+        return Constrained(
+            (), "posthoc", note=f"the text has {words} words, past the grounded-decoding limit of {max_words}"
+        )
+    try:
+        grammar = substring.translate(schema, text, targets, clauses_only=clauses)
+    except substring.UntranslatableError as error:
+        enum = enum_constrain(schema, text, targets, max_candidates=max_candidates)
+        why = f"the grammar cannot spell out {error}"
+        if enum is None:
+            return Constrained((), "posthoc", note=f"{why}, and the text has too many spans for an enum")
+        return Constrained(enum.fields, "enum", schema=enum.schema, note=why)
+    note = None
+    if grammar.posthoc:
+        note = f"checked after generation (pattern or format): {', '.join(grammar.posthoc)}"
+    return Constrained(grammar.fields, "grammar", grammar=grammar.lark, note=note)
+
+
+def enum_constrain(
+    schema: Mapping[str, Any], text: str, targets: Mapping[int, str], *, max_candidates: int = MAX_CANDIDATES
+) -> Constrained | None:
+    """The engine schema for one text, extractive fields turned into enums of its spans.
+
+    Returns None when the text has more than ``max_candidates`` candidate spans, or no field
+    could be turned into an enum.
+    """
     pool = candidates(text, limit=max_candidates)
     if len(pool) > max_candidates:
         return None
@@ -152,7 +206,7 @@ def constrain(
     rebuilt = rebuild(schema)
     if not changed:
         return None
-    return Constrained(schema=decoding.engine_schema(rebuilt), fields=tuple(sorted(set(changed))))
+    return Constrained(tuple(sorted(set(changed))), "enum", schema=decoding.engine_schema(rebuilt))
 
 
 _NAME_MAPS = frozenset({"properties", "$defs", "definitions", "patternProperties", "dependentSchemas"})
@@ -168,7 +222,7 @@ def _enum_node(node: Mapping[str, Any], pool: list[str]) -> dict[str, Any] | Non
     except re.error:
         return None  # an ECMA pattern Python cannot read: leave the field to post-hoc checking
     allowed = [c for c in pool if low <= len(c) <= high and (compiled is None or compiled.search(c))]
-    nullable = "null" in _types(node)
+    nullable = "null" in decoding.types_of(node)
     if not allowed and not nullable:
         return None
     kept = {k: v for k, v in node.items() if k not in _STRING_KEYWORDS}
@@ -180,17 +234,8 @@ _STRING_KEYWORDS = frozenset({"type", "minLength", "maxLength", "pattern", "form
 
 
 def _is_string_node(node: Mapping[str, Any]) -> bool:
-    kinds = _types(node)
+    kinds = decoding.types_of(node)
     return "string" in kinds and kinds <= {"string", "null"} and "enum" not in node and "const" not in node
-
-
-def _types(node: Mapping[str, Any]) -> set[str]:
-    declared = node.get("type")
-    if isinstance(declared, str):
-        return {declared}
-    if isinstance(declared, list):
-        return {str(k) for k in declared}
-    return set()
 
 
 def _units(text: str) -> Iterator[tuple[int, int]]:

@@ -251,6 +251,23 @@ def is_unspaced(char: str) -> bool:
     return bool(_UNSPACED.match(char))
 
 
+def split_unspaced(word: str) -> list[str]:
+    """``word`` with each character of an unspaced script on its own: ``故宫Beijing`` -> ``故``, ``宫``, ``Beijing``."""
+    pieces: list[str] = []
+    run = ""
+    for char in word:
+        if is_unspaced(char):
+            if run:
+                pieces.append(run)
+                run = ""
+            pieces.append(char)
+        else:
+            run += char
+    if run:
+        pieces.append(run)
+    return pieces
+
+
 def is_word_char(char: str) -> bool:
     """A letter or digit of a spaced script: words of such characters are never cut in two."""
     return char.isalnum() and not is_unspaced(char)

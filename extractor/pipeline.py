@@ -20,6 +20,8 @@ from extractor.chunking import Chunk, ChunkOutcome
 from extractor.config import MAX_ATTEMPTS_LIMIT, Settings
 from extractor.engines.base import Engine, GenerationRequest
 from extractor.errors import ChunkedExtractionFailed, ExtractionFailed, InputError, TextTooLongError
+from extractor.grounded_decoding import MAX_WORDS as MAX_GROUNDED_WORDS
+from extractor.grounded_decoding import Constrained as Constraint
 from extractor.grounding import GroundingPolicy, Span
 from extractor.parsing import parse_and_validate, validate
 from extractor.prompting import render
@@ -56,6 +58,8 @@ class Plan:
     chunking: ChunkSettings | None = None
     # True: every grounded string field; None: only fields marked "x-extractive"; False: none.
     grounded_decoding: bool | None = None
+    grounded_max_words: int = MAX_GROUNDED_WORDS
+    grounded_clauses: bool = False
 
 
 def plan(task: Task, options: Options, settings: Settings) -> Plan:
@@ -83,6 +87,8 @@ def plan(task: Task, options: Options, settings: Settings) -> Plan:
         grounding=options.grounding or task.settings.grounding,
         chunking=chunk_settings,
         grounded_decoding=decode,
+        grounded_max_words=settings.grounded_max_words,
+        grounded_clauses=settings.grounded_clauses,
     )
 
 
@@ -100,6 +106,7 @@ class Extracted:
     attempts: list[Attempt]
     grounded_fields: tuple[str, ...] = ()
     chunks: list[Chunk] = field(default_factory=list)
+    decoding: Constraint | None = None
 
 
 async def run(
@@ -128,8 +135,17 @@ async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk:
     """The attempt loop on one text (a whole document or one chunk; ``chunk`` tags its attempts)."""
     constrained = None
     if p.grounded_decoding is not False:
-        constrained = grounded_decoding.constrain(task.schema, text, everywhere=p.grounded_decoding is True)
-    json_schema = constrained.schema if constrained is not None else task.engine_schema
+        constrained = grounded_decoding.constrain(
+            task.schema,
+            text,
+            everywhere=p.grounded_decoding is True,
+            max_words=p.grounded_max_words,
+            clauses=p.grounded_clauses,
+        )
+    grammar = constrained.grammar if constrained is not None else None
+    json_schema = None if grammar is not None else task.engine_schema
+    if constrained is not None and constrained.schema is not None:
+        json_schema = constrained.schema
     fields = constrained.fields if constrained is not None else ()
     attempts: list[Attempt] = []
     feedback: list[str] = []
@@ -144,7 +160,11 @@ async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk:
                 prompt_tokens=prompt_tokens, max_tokens=p.max_tokens, max_model_len=engine.max_model_len
             )
         request = GenerationRequest(
-            messages=messages, json_schema=json_schema, temperature=p.temperature, max_tokens=p.max_tokens
+            messages=messages,
+            json_schema=json_schema,
+            grammar=grammar,
+            temperature=p.temperature,
+            max_tokens=p.max_tokens,
         )
         t0 = time.perf_counter()
         generation = await engine.generate(request)
@@ -171,7 +191,7 @@ async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk:
             )
         )
         if not errors:
-            return Extracted(parsed.value, spans, [], attempts, fields)
+            return Extracted(parsed.value, spans, [], attempts, fields, decoding=constrained)
         if parsed.ok:
             last_value, last_spans = parsed.value, spans
         feedback, previous = errors, generation.text
@@ -181,7 +201,7 @@ async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk:
         pruned = remove_values(last_value, [s.path for s in missing])
         if not validate(task.validator, pruned):
             kept = grounding.locate(text, pruned, skip=task.ungrounded)
-            return Extracted(pruned, kept, missing, attempts, fields)
+            return Extracted(pruned, kept, missing, attempts, fields, decoding=constrained)
     raise ExtractionFailed(task.name, attempts)
 
 
@@ -249,7 +269,13 @@ async def _extract_chunks(task: Task, pieces: Sequence[Chunk], p: Plan, engine: 
             task.name, attempts, reason=f"the merged chunks break the schema: {'; '.join(problems[:3])}"
         )
     fields = sorted({f for d in done if isinstance(d, Extracted) for f in d.grounded_fields})
-    return Extracted(merged.data, merged.spans, merged.removed, attempts, tuple(fields), list(pieces))
+    # The weakest decoding any chunk had speaks for the whole text.
+    modes = [d.decoding for d in done if isinstance(d, Extracted) and d.decoding is not None]
+    weakest = max(modes, key=lambda c: _STRENGTH.index(c.mode), default=None)
+    return Extracted(merged.data, merged.spans, merged.removed, attempts, tuple(fields), list(pieces), weakest)
+
+
+_STRENGTH = ("grammar", "enum", "posthoc")
 
 
 def remove_values(data: Any, pointers: list[str]) -> Any:
@@ -288,4 +314,6 @@ def _result(
         latency_ms=(time.perf_counter() - started) * 1000,
         chunks=[ChunkModel(start=c.start, end=c.end) for c in extracted.chunks],
         grounded_fields=list(extracted.grounded_fields),
+        grounded_decoding=extracted.decoding.mode if extracted.decoding is not None else "off",
+        notes=[extracted.decoding.note] if extracted.decoding is not None and extracted.decoding.note else [],
     )

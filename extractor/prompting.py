@@ -1,6 +1,6 @@
 """render(task, text, feedback) -> chat messages. Pure.
 
-The task's template renders one user turn. Variables it can use:
+The task's template renders the instruction. Variables it can use:
 
 - ``text``: the source text;
 - ``fields``: the top-level fields (``name``, ``description``, ``type``, ``required``);
@@ -9,8 +9,18 @@ The task's template renders one user turn. Variables it can use:
 - ``feedback``: the problems of the previous attempt (empty on the first attempt);
 - ``previous``: the previous attempt's raw output (None on the first attempt).
 
-Worked examples become few-shot turns before it: the template rendered on the example's
-text, then the expected output as the assistant's compact JSON answer.
+Two layouts, picked by whether the template uses ``text``:
+
+- **instruction** (the template never uses ``text``; the shipped tasks): the system turn holds
+  the system prompt and the instruction, identical for every request of a task, so vLLM's prefix
+  cache keeps it; then each worked example as a compact demonstration (the text as a user turn,
+  the compact JSON answer as the assistant's); then the text, and on a re-ask the previous answer
+  and its problems.
+- **turns** (the template renders ``text``): each worked example is the whole template rendered
+  on its text, then the answer; the request is the template rendered on the text.
+
+Worked examples are the task's pool's nearest to the text when it has a pool
+(:mod:`extractor.examples`), else its fixed ``examples``.
 """
 
 from __future__ import annotations
@@ -21,11 +31,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from extractor.engines.base import Message
+from extractor.examples.pool import Example
 from extractor.tasks import Task
 
 DEFAULT_SYSTEM = (
     "You extract structured data from text. Answer with one JSON object that follows the "
-    "schema. Copy values exactly as they appear in the text; use null when a field is absent."
+    "schema. Copy values exactly as they appear in the text; for a field the text does not "
+    "mention, use null or leave the field out, as the instruction says."
 )
 
 
@@ -46,19 +58,56 @@ def render_instruction(task: Task, text: str, *, feedback: Sequence[str] = (), p
     ).strip()
 
 
+def examples_for(task: Task, text: str) -> tuple[Example, ...]:
+    """The worked examples shown for ``text``: the pool's nearest, or the task's fixed ones."""
+    if task.uses_pool:
+        assert task.pool is not None and task.settings.examples_from_pool is not None
+        return task.pool.nearest(text, task.settings.examples_from_pool)
+    return task.examples
+
+
+def feedback_block(feedback: Sequence[str], previous: str | None) -> str:
+    """What a re-ask adds after the text in the instruction layout."""
+    if not feedback:
+        return ""
+    lines = "\n".join(f"- {problem}" for problem in feedback)
+    answer = f"Your previous answer {previous} has" if previous is not None else "Your previous answer had"
+    return f"\n\n{answer} these problems; answer again with them fixed:\n{lines}"
+
+
 @functools.lru_cache(maxsize=256)
-def _preamble(task: Task) -> tuple[Message, ...]:
-    # The system turn and the worked examples are the same for every request of a task:
-    # render them through the sandbox once (tasks hash by identity, so a reload is a new key).
-    messages: list[Message] = [{"role": "system", "content": task.settings.system or DEFAULT_SYSTEM}]
-    for example in task.examples:
-        messages.append({"role": "user", "content": render_instruction(task, example.text)})
+def _system(task: Task) -> str:
+    # Rendered once per task (tasks hash by identity, so a reload is a new key).
+    system = task.settings.system or DEFAULT_SYSTEM
+    if not task.instruction_only:
+        return system
+    return f"{system}\n\n{render_instruction(task, '')}"
+
+
+@functools.lru_cache(maxsize=256)
+def _fixed_turns(task: Task) -> tuple[Message, ...]:
+    return tuple(_turns(task, task.examples))
+
+
+def _turns(task: Task, examples: Sequence[Example]) -> list[Message]:
+    messages: list[Message] = []
+    for example in examples:
+        shown = example.text if task.instruction_only else render_instruction(task, example.text)
+        messages.append({"role": "user", "content": shown})
         messages.append({"role": "assistant", "content": compact_json(example.output)})
-    return tuple(messages)
+    return messages
 
 
 def render(task: Task, text: str, *, feedback: Sequence[str] = (), previous: str | None = None) -> list[Message]:
-    """The full chat for one attempt: system, few-shot examples, then the request."""
-    messages: list[Message] = [m.copy() for m in _preamble(task)]
-    messages.append({"role": "user", "content": render_instruction(task, text, feedback=feedback, previous=previous)})
+    """The full chat for one attempt: system (+ instruction), worked examples, then the request."""
+    messages: list[Message] = [{"role": "system", "content": _system(task)}]
+    if task.uses_pool:
+        messages += _turns(task, examples_for(task, text))
+    else:
+        messages += [m.copy() for m in _fixed_turns(task)]
+    if task.instruction_only:
+        request = text + feedback_block(feedback, previous)
+    else:
+        request = render_instruction(task, text, feedback=feedback, previous=previous)
+    messages.append({"role": "user", "content": request})
     return messages

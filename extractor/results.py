@@ -85,6 +85,12 @@ class ExtractionResult(BaseModel):
         default_factory=list,
         description="schema pointers of the fields whose decoding was constrained to spans of the text",
     )
+    grounded_decoding: Literal["grammar", "enum", "posthoc", "off"] = Field(
+        default="off",
+        description="how grounded fields were held to the text while decoding: a substring grammar, an enum of "
+        "spans, not at all (checked after generation; `notes` says why), or off (no grounded decoding asked)",
+    )
+    notes: list[str] = Field(default_factory=list, description="why decoding was weaker than asked, when it was")
     attempts: list[Attempt]
     usage: Usage
     model: str

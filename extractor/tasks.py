@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import jinja2
+import jinja2.meta
 import jsonschema
 from jinja2.sandbox import SandboxedEnvironment
 from jsonschema.validators import Draft202012Validator
@@ -20,6 +21,7 @@ from jsonschema.validators import Draft202012Validator
 from extractor import decoding, grounded_decoding, grounding
 from extractor.config import MAX_ATTEMPTS_LIMIT, GrammarBackend
 from extractor.errors import TaskError, UnknownTaskError
+from extractor.examples.pool import Example, ExamplePool, PoolSettings, load_pool, summarize
 from extractor.typed import TypedModel, model_for_schema
 
 TASK_NAME = re.compile(r"^[a-z0-9_-]{1,64}$")
@@ -38,6 +40,14 @@ _SETTINGS_SCHEMA: dict[str, Any] = {
         "system": {"type": "string"},
         "allow_unenforced": {"type": "boolean"},
         "grounded_decoding": {"type": "boolean"},
+        "examples_from_pool": {  # true/false, or how many and how chosen
+            "type": ["boolean", "object"],
+            "additionalProperties": False,
+            "properties": {
+                "k": {"type": "integer", "minimum": 0, "maximum": 16},
+                "diverse": {"type": "boolean"},
+            },
+        },
         "chunking": {  # true, or the sizes (object keywords apply to objects only: specific errors)
             "type": ["boolean", "object"],
             "additionalProperties": False,
@@ -59,14 +69,6 @@ _SETTINGS_SCHEMA: dict[str, Any] = {
 }
 _SETTINGS_VALIDATOR = Draft202012Validator(_SETTINGS_SCHEMA)
 _SAMPLE_TEXT = "Sample text used to check the template."
-
-
-@dataclass(frozen=True)
-class Example:
-    """A worked example: input text and the expected output, shown to the model as a turn."""
-
-    text: str
-    output: Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,8 @@ class TaskSettings:
     allow_unenforced: bool = False
     grounded_decoding: bool = False
     chunking: ChunkSettings | None = None
+    # How examples are drawn from the task's pool (None: the fixed examples only).
+    examples_from_pool: PoolSettings | None = field(default_factory=PoolSettings)
 
 
 @dataclass(frozen=True, eq=False)
@@ -118,6 +122,17 @@ class Task:
     warnings: tuple[str, ...] = ()
     engine_schema: Mapping[str, Any] = field(default_factory=dict)
     typed: TypedModel | None = None
+    # Labelled texts to draw worked examples from per request (``examples/<task>.jsonl``).
+    pool: ExamplePool | None = None
+    # The template renders only the instruction (it does not use ``text``): the instruction goes
+    # in the system turn, identical for every request, and examples are compact demonstrations.
+    instruction_only: bool = False
+
+    @property
+    def uses_pool(self) -> bool:
+        """Whether requests draw their worked examples from the pool."""
+        settings = self.settings.examples_from_pool
+        return self.pool is not None and len(self.pool) > 0 and settings is not None
 
     @property
     def title(self) -> str:
@@ -146,7 +161,7 @@ class Catalog:
             return catalog
         for path in sorted(schema_dir.glob("*.json")):
             try:
-                task = load_task(path, root / "prompts", backend=backend)
+                task = load_task(path, root / "prompts", backend=backend, example_dir=root / "examples")
             except TaskError as error:
                 catalog.errors.append(error)
             else:
@@ -164,8 +179,13 @@ class Catalog:
         return sorted(self.tasks)
 
 
-def load_task(schema_path: Path, prompt_dir: Path, *, backend: GrammarBackend = "guidance") -> Task:
-    """Load and check one task; raise :class:`TaskError` naming the file and pointer."""
+def load_task(
+    schema_path: Path, prompt_dir: Path, *, backend: GrammarBackend = "guidance", example_dir: Path | None = None
+) -> Task:
+    """Load and check one task; raise :class:`TaskError` naming the file and pointer.
+
+    ``example_dir`` holds the optional pool ``<task>.jsonl``; its bad lines become warnings.
+    """
     name = schema_path.stem
     where = str(schema_path)
     if not TASK_NAME.match(name):
@@ -181,7 +201,14 @@ def load_task(schema_path: Path, prompt_dir: Path, *, backend: GrammarBackend = 
     ungrounded = grounding.ungrounded_paths(schema)
     _check_examples(where, examples, validator, ungrounded)
     prompt_path = _find_prompt(prompt_dir, name)
-    template = _compile_template(prompt_path)
+    template, instruction_only = _compile_template(prompt_path)
+    pool = None
+    pool_path = example_dir / f"{name}.jsonl" if example_dir is not None else None
+    if pool_path is not None and pool_path.is_file():
+        pool = load_pool(pool_path, validator=validator, ungrounded=ungrounded)
+        warnings += [f"{p} (line left out)" for p in summarize(pool.problems)]
+        if not len(pool):
+            warnings.append(f"{pool_path}: no usable line; the fixed examples are used")
     task = Task(
         name=name,
         schema=schema,
@@ -196,6 +223,8 @@ def load_task(schema_path: Path, prompt_dir: Path, *, backend: GrammarBackend = 
         warnings=tuple(warnings),
         engine_schema=decoding.engine_schema(schema),
         typed=typed,
+        pool=pool,
+        instruction_only=instruction_only,
     )
     _check_renders(task)
     return task
@@ -295,7 +324,11 @@ def _read_settings(where: str, schema: Mapping[str, Any]) -> tuple[TaskSettings,
     if error is not None:
         raise TaskError(where, _pointer([SETTINGS_KEY, *error.path]), error.message)
     examples = tuple(Example(text=e["text"], output=e["output"]) for e in raw.get("examples", []))
-    values = {k: v for k, v in raw.items() if k not in ("examples", "chunking")}
+    values = {k: v for k, v in raw.items() if k not in ("examples", "chunking", "examples_from_pool")}
+    from_pool = raw.get("examples_from_pool", True)
+    values["examples_from_pool"] = (
+        PoolSettings(**from_pool) if isinstance(from_pool, dict) else (PoolSettings() if from_pool else None)
+    )
     chunking = raw.get("chunking", False)
     if isinstance(chunking, dict):
         size, overlap = chunking.get("max_chars"), chunking.get("overlap")
@@ -357,9 +390,12 @@ def _find_prompt(prompt_dir: Path, name: str) -> Path:
 _JINJA = SandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
 
 
-def _compile_template(path: Path) -> jinja2.Template:
+def _compile_template(path: Path) -> tuple[jinja2.Template, bool]:
+    """The compiled template, and whether it renders the instruction alone (never uses ``text``)."""
     try:
-        return _JINJA.from_string(path.read_text(encoding="utf-8"))
+        source = path.read_text(encoding="utf-8")
+        variables = jinja2.meta.find_undeclared_variables(_JINJA.parse(source))
+        return _JINJA.from_string(source), "text" not in variables
     except UnicodeDecodeError as error:
         raise TaskError(str(path), "", f"not UTF-8: {error}") from None
     except OSError as error:

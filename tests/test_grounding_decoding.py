@@ -9,7 +9,14 @@ from typing import Any
 import pytest
 
 from extractor import Catalog, Extractor, ScriptedEngine, Settings
-from extractor.grounded_decoding import MAX_CANDIDATES, candidates, check, constrain, extractive_nodes
+from extractor.grounded_decoding import (
+    MAX_CANDIDATES,
+    candidates,
+    check,
+    constrain,
+    enum_constrain,
+    extractive_nodes,
+)
 
 from .conftest import LANDMARK_TEXT, landmark
 from .test_grounding_strict import make_catalog
@@ -70,11 +77,12 @@ def test_marked_fields_only_unless_everywhere() -> None:
     ]
 
 
-def test_constrain_turns_fields_into_enums_of_spans() -> None:
+def test_enum_path_turns_fields_into_enums_of_spans() -> None:
     text = "rain in Lago Vista tomorrow"
-    constrained = constrain(SCHEMA, text, everywhere=True)
-    assert constrained is not None
+    constrained = enum_constrain(SCHEMA, text, extractive_nodes(SCHEMA, everywhere=True))
+    assert constrained is not None and constrained.mode == "enum" and constrained.grammar is None
     schema = constrained.schema
+    assert schema is not None
     city = schema["properties"]["city"]
     assert "type" not in city and city["enum"][-1] is None and "Lago Vista" in city["enum"]
     value = schema["$defs"]["cond"]["properties"]["value"]
@@ -88,10 +96,29 @@ def test_constrain_turns_fields_into_enums_of_spans() -> None:
     assert SCHEMA["properties"]["city"]["type"] == ["string", "null"]  # the task schema is untouched
 
 
-def test_constrain_falls_back_on_long_texts_and_without_targets() -> None:
+def test_constrain_uses_the_grammar_at_any_length_up_to_the_word_limit() -> None:
     assert constrain({"type": "object", "properties": {"n": {"type": "integer"}}}, "x", everywhere=True) is None
     long_text = " ".join(f"w{i}" for i in range(MAX_CANDIDATES))
-    assert constrain(SCHEMA, long_text, everywhere=True) is None
+    assert enum_constrain(SCHEMA, long_text, extractive_nodes(SCHEMA, everywhere=True)) is None
+    constrained = constrain(SCHEMA, long_text, everywhere=True)
+    assert constrained is not None and constrained.mode == "grammar" and constrained.grammar is not None
+    assert constrained.fields == ("#/$defs/cond/properties/value", "#/properties/city", "#/properties/note")
+    past = constrain(SCHEMA, long_text, everywhere=True, max_words=100)
+    assert past is not None and past.mode == "posthoc" and past.fields == () and past.grammar is None
+    assert past.note == f"the text has {MAX_CANDIDATES} words, past the grounded-decoding limit of 100"
+
+
+def test_constrain_falls_back_to_the_enum_where_the_grammar_cannot_spell_a_node_out() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"a": {"oneOf": [{"type": "string"}, {"type": "integer"}]}},
+        "x-extractor": {"grounded_decoding": True},
+    }
+    schema["properties"]["b"] = {"type": "string", "x-extractive": True}
+    schema["properties"]["a"]["oneOf"][0]["x-extractive"] = True
+    constrained = constrain(schema, "rain in Oslo", everywhere=False)
+    assert constrained is not None and constrained.mode == "enum" and constrained.schema is not None
+    assert constrained.note is not None and "#/properties/a: oneOf beside grounded fields" in constrained.note
 
 
 def test_check_warns_about_extractive_non_strings() -> None:
@@ -108,13 +135,13 @@ def test_check_warns_about_extractive_non_strings() -> None:
 async def test_request_option_constrains_every_grounded_field(extractor: Extractor, engine: ScriptedEngine) -> None:
     engine.enqueue([landmark(name="阿尔罕布拉宫", country="西班牙")])
     result = await extractor.aextract("landmark_slots", LANDMARK_TEXT, grounded_decoding=True)
-    sent = engine.history[0].json_schema
-    assert sent is not None
+    sent = engine.history[0]
+    assert sent.json_schema is None and sent.grammar is not None and sent.grammar.startswith("start:")
     for name in ("name", "country", "city", "category", "period"):
-        enum = sent["properties"][name]["enum"]
-        assert enum[-1] is None and all(v in LANDMARK_TEXT for v in enum[:-1])
-    assert "西班牙" in sent["properties"]["country"]["enum"]
+        assert f'"\\"{name}\\":"' in sent.grammar
+    assert '"substring_chunks": ["阿", "尔", "罕"' in sent.grammar  # each CJK character is a chunk
     assert len(result.grounded_fields) == 5 and all(s.status == "exact" for s in result.spans)
+    assert result.grounded_decoding == "grammar" and result.notes == []
     # The prompt still shows the task's schema, not the per-request enums.
     assert "阿尔罕布拉宫是西班牙摩尔人统治时期的宫殿建筑" not in engine.history[0].messages[0]["content"]
 
@@ -125,10 +152,12 @@ async def test_shipped_slot_task_decodes_grounded_unless_turned_off(
     # landmark_slots sets "grounded_decoding": true; a request can turn it off.
     engine.enqueue([landmark(name="阿尔罕布拉宫"), landmark(name="阿尔罕布拉宫")])
     grounded = await extractor.aextract("landmark_slots", LANDMARK_TEXT)
-    assert grounded.grounded_fields and engine.history[0].json_schema != extractor.task("landmark_slots").engine_schema
+    assert grounded.grounded_fields and engine.history[0].grammar is not None
+    assert engine.history[0].json_schema is None
     plain = await extractor.aextract("landmark_slots", LANDMARK_TEXT, grounded_decoding=False)
     assert engine.history[1].json_schema == extractor.task("landmark_slots").engine_schema
-    assert plain.grounded_fields == []
+    assert engine.history[1].grammar is None
+    assert plain.grounded_fields == [] and plain.grounded_decoding == "off"
 
 
 @pytest.fixture
@@ -160,9 +189,12 @@ async def test_task_setting_field_marks_and_request_option(
     extractor = Extractor(settings=Settings.from_env({}, home=home, engine="scripted"), engine=engine, catalog=catalog)
     result = await extractor.aextract(task, "a trip to Oslo city", grounded_decoding=option)
     assert result.grounded_fields == constrained
-    sent = engine.history[0].json_schema
-    assert sent is not None
-    assert ("enum" in sent["properties"]["city"]) == ("#/properties/city" in constrained)
+    sent = engine.history[0]
+    assert (sent.grammar is not None) == bool(constrained) and (sent.json_schema is None) == bool(constrained)
+    if sent.grammar is not None:
+        # a constrained field is a substring terminal; the other one is embedded JSON Schema
+        kind = '%json {"type":"string"' in sent.grammar
+        assert kind == ("#/properties/kind" not in constrained)
 
 
 def test_extractive_on_a_non_string_is_a_load_warning(tmp_path: Path) -> None:

@@ -35,6 +35,11 @@ SNIPS = [  # SNIPS dev utterances (CC0)
     ("snips_search_screening_event", "find movie schedules for Bow Tie Cinemas"),
 ]
 LONG_TEXT = LANDMARK_TEXT + "故宫是中国明清两代的皇家宫殿，位于北京。" * 300  # ~6,000 characters
+# ~1,000 words in one request: every slot is held to a substring of all of it while decoding
+THOUSAND_WORDS = (
+    " ".join(f"Report {i}: the forecast for Lake Tahoe says snow and a cold wind on day {i}." for i in range(70))
+    + " Will it be windy in Brookhaven, Vermont next weekend?"
+)
 
 
 def assert_grounded_and_valid(extractor: Extractor, result: ExtractionResult, text: str) -> None:
@@ -54,12 +59,21 @@ def test_landmark_and_snips_batched(real_extractor: Extractor, tmp_path: Path) -
         calls = [real_extractor.aextract(t, x) for t, x in jobs]
         # the same landmark sentence with every slot decoded as a span of the text (guidance enums)
         calls.append(real_extractor.aextract("landmark_slots", LANDMARK_TEXT, grounded_decoding=True))
+        # the seed's own example, greedy: the pool's nearest examples show a "...统治时期" period
+        calls.append(real_extractor.aextract("landmark_slots", LANDMARK_TEXT, temperature=0.0))
+        # ~1,000 words, grounded while decoding by the substring grammar
+        calls.append(real_extractor.aextract("snips_get_weather", THOUSAND_WORDS))
         # a text past the model window, split by the real tokenizer's count
         calls.append(real_extractor.aextract("landmark_slots", LONG_TEXT, chunk=True))
         return await asyncio.gather(*calls, return_exceptions=True)
 
     results = asyncio.run(run_all())
-    chunked, grounded = results.pop(), results.pop()
+    chunked, long_one, seed, grounded = results.pop(), results.pop(), results.pop(), results.pop()
+    assert isinstance(seed, ExtractionResult), seed
+    assert seed.data["period"] == "摩尔人统治时期" and seed.data["city"] is None, seed.data
+    assert isinstance(long_one, ExtractionResult), long_one
+    assert len(THOUSAND_WORDS.split()) >= 1000 and long_one.grounded_decoding == "grammar"
+    assert len(long_one.grounded_fields) == 9 and all(s.status == "exact" for s in long_one.spans)
     assert isinstance(grounded, ExtractionResult), grounded
     assert len(grounded.grounded_fields) == 5 and all(s.status == "exact" for s in grounded.spans)
     assert isinstance(chunked, ExtractionResult), chunked

@@ -308,7 +308,10 @@ async def test_extractor_on_the_remote_engine(stubs: Any, tmp_path: Path) -> Non
         results = await asyncio.gather(*(extractor.aextract("landmark_slots", LANDMARK_TEXT) for _ in range(4)))
     assert all(isinstance(r, ExtractionResult) and r.data["country"] == "西班牙" for r in results)
     assert all(r.model == "stub-model" for r in results if isinstance(r, ExtractionResult))
-    assert len(stub.completions) == 4 and "response_format" in stub.completions[0]
+    # landmark_slots decodes grounded: vLLM's structured_outputs.grammar, never beside response_format
+    sent = stub.completions[0]
+    assert len(stub.completions) == 4 and "response_format" not in sent
+    assert sent["structured_outputs"]["grammar"].startswith("start:")
 
 
 def test_remote_settings_are_checked() -> None:

@@ -191,7 +191,9 @@ async def test_task_detail(client: httpx.AsyncClient) -> None:
     body = response.json()
     assert body["name"] == "landmark_slots" and body["schema"]["type"] == "object"
     assert "x-extractor" in body["schema"] and "x-extractor" not in body["engine_schema"]
-    assert {"text", "fields"} <= set(body["prompt"]["variables"]) and body["prompt"]["file"] == "landmark_slots.j2"
+    assert {"fields"} <= set(body["prompt"]["variables"]) and body["prompt"]["file"] == "landmark_slots.j2"
+    assert body["prompt"]["layout"] == "instruction" and body["pool"] >= 30 and body["examples_per_request"] == 3
+    assert body["settings"]["examples_from_pool"] == {"k": 3, "diverse": True}
     assert body["settings"]["max_attempts"] is None or 1 <= body["settings"]["max_attempts"] <= 3
     assert body["settings"]["grounding"] in ("flag", "strict", "off")
 
@@ -408,6 +410,21 @@ async def test_metrics_count_requests_attempts_and_tokens(catalog: Catalog, tmp_
     assert metric(text, "extractor_tokens_total", task="landmark_slots", direction="in") > 0
     assert metric(text, "extractor_tokens_total", task="landmark_slots", direction="out") > 0
     assert metric(text, "extractor_request_duration_seconds_count", route=route, task="landmark_slots") == 2
+    assert metric(text, "extractor_grounded_decoding_total", task="landmark_slots", mode="grammar") == 1
+
+
+async def test_metrics_count_texts_past_the_grounded_decoding_word_limit(catalog: Catalog, tmp_path: Path) -> None:
+    engine = ScriptedEngine(respond=answer_by_text)
+    app = make_app(catalog, tmp_path, engine, grounded_max_words=5)
+    long_text = LANDMARK_TEXT + " one two three four five six"
+    async with client_for(app) as client:
+        response = await client.post("/extract/landmark_slots", json={"text": long_text})
+        text = (await client.get("/metrics")).text
+    body = response.json()
+    assert response.status_code == 200 and body["grounded_decoding"] == "posthoc" and body["grounded_fields"] == []
+    assert "past the grounded-decoding limit of 5" in body["notes"][0]
+    assert engine.history[0].grammar is None and engine.history[0].json_schema is not None
+    assert metric(text, "extractor_grounded_decoding_total", task="landmark_slots", mode="posthoc") == 1
 
 
 async def test_openapi_docs(client: httpx.AsyncClient) -> None:

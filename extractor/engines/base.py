@@ -17,13 +17,22 @@ class Message(TypedDict):
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """What to generate: the chat, an optional JSON Schema to constrain decoding, sampling."""
+    """What to generate: the chat, an optional constraint, sampling.
+
+    The constraint is a JSON Schema (``json_schema``) or an llguidance Lark grammar
+    (``grammar``, starting with ``start:``), never both.
+    """
 
     messages: Sequence[Message]
     json_schema: Mapping[str, Any] | None = None
+    grammar: str | None = None
     temperature: float = 0.1
     max_tokens: int = 256
     stop: Sequence[str] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if self.json_schema is not None and self.grammar is not None:
+            raise ValueError("a request is constrained by a JSON Schema or a grammar, not both")
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,11 @@ def chat_payload(request: GenerationRequest, *, model: str, stream: bool = False
     }
     if request.stop:
         body["stop"] = list(request.stop)
-    if request.json_schema is not None:
+    if request.grammar is not None:
+        # vLLM's own field (never beside response_format); the server's backend must read Lark:
+        # start it with --structured-outputs-config '{"backend": "guidance"}'.
+        body["structured_outputs"] = {"grammar": request.grammar}
+    elif request.json_schema is not None:
         body["response_format"] = {
             "type": "json_schema",
             "json_schema": {"name": "extraction", "schema": dict(request.json_schema)},

@@ -27,7 +27,13 @@ _ids = itertools.count()
 
 
 def has_cuda() -> bool:
-    """Whether an NVIDIA GPU is usable (decides CPU-only engine settings)."""
+    """Whether an NVIDIA GPU is usable (decides CPU-only engine settings).
+
+    Asks NVML rather than initialising CUDA in this process: vLLM forks its engine core, and a
+    child of a process that already initialised CUDA dies ("Cannot re-initialize CUDA in forked
+    subprocess"). vLLM sets the same variable itself, but only once it is imported.
+    """
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     try:
         import torch
 
@@ -58,7 +64,9 @@ class VLLMEngine:
     @property
     def unfinished_requests(self) -> int:
         """Requests vLLM still holds (0 when idle: an aborted request is gone too)."""
-        return int(self._llm.get_num_unfinished_requests()) if self._llm is not None else 0
+        # output_processor's count exists in vLLM 0.26 (the CUDA build) and 0.32 (the CPU build) alike;
+        # AsyncLLM.get_num_unfinished_requests() only in the latter.
+        return int(self._llm.output_processor.get_num_unfinished_requests()) if self._llm is not None else 0
 
     @property
     def tokenizer(self) -> Any:
@@ -98,6 +106,7 @@ class VLLMEngine:
             tensor_parallel_size=s.tensor_parallel_size,
             quantization=s.quantization,
             max_num_seqs=s.max_num_seqs,
+            block_size=s.block_size,
             # Compact JSON engine-wide: per-request disable_any_whitespace is silently ignored.
             structured_outputs_config=StructuredOutputsConfig(backend=s.grammar_backend, disable_any_whitespace=True),
             disable_log_stats=True,
@@ -135,7 +144,11 @@ class VLLMEngine:
         from vllm import SamplingParams
         from vllm.sampling_params import StructuredOutputsParams
 
-        structured = StructuredOutputsParams(json=dict(request.json_schema)) if request.json_schema else None
+        structured = None
+        if request.grammar is not None:
+            structured = StructuredOutputsParams(grammar=request.grammar)
+        elif request.json_schema:
+            structured = StructuredOutputsParams(json=dict(request.json_schema))
         return SamplingParams(
             temperature=request.temperature,
             max_tokens=request.max_tokens,

@@ -42,6 +42,13 @@ class Metrics:
         self.tokens = Counter(
             "extractor_tokens", "tokens in (prompt) and out (completion)", ["task", "direction"], registry=r
         )
+        self.grounded_decoding = Counter(
+            "extractor_grounded_decoding",
+            "extractions by how grounded fields were held to the text while decoding: grammar, enum, "
+            "posthoc (asked for but not possible: a text past the word limit), off",
+            ["task", "mode"],
+            registry=r,
+        )
         queue = Gauge("extractor_queue_depth", "admitted engine jobs waiting for an in-flight slot", registry=r)
         queue.set_function(lambda: admission.queued)
         in_flight = Gauge("extractor_in_flight", "engine jobs in flight", registry=r)
@@ -63,6 +70,10 @@ class Metrics:
             self.validation_failures.labels(task).inc(failed)
         self.tokens.labels(task, "in").inc(sum(a.prompt_tokens for a in attempts))
         self.tokens.labels(task, "out").inc(sum(a.completion_tokens for a in attempts))
+
+    def observe_result(self, task: str, mode: str) -> None:
+        """One successful extraction and how its grounded fields were decoded."""
+        self.grounded_decoding.labels(task, mode).inc()
 
     def render(self) -> bytes:
         """The text exposition format."""

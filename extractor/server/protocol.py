@@ -69,7 +69,9 @@ class TaskOut(BaseModel):
     title: str
     description: str
     fields: list[FieldOut]
-    examples: int
+    examples: int = Field(description="the task's fixed worked examples")
+    pool: int = Field(0, description="labelled examples in examples/<task>.jsonl (0: none)")
+    examples_per_request: int = Field(description="worked examples each request shows")
     warnings: list[str]
 
 
@@ -93,6 +95,10 @@ class PromptOut(BaseModel):
 
     file: str
     variables: list[str] = Field(description="the variables the template uses")
+    layout: str = Field(
+        description="'instruction': the template renders the instruction once, examples are compact "
+        "demonstrations; 'turns': the template renders each text"
+    )
 
 
 class TaskDetailOut(TaskOut):

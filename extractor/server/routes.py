@@ -85,6 +85,10 @@ def _task_out(task: Task) -> TaskOut:
             FieldOut(name=f.name, description=f.description, type=f.type, required=f.required) for f in task.fields
         ],
         examples=len(task.examples),
+        pool=len(task.pool) if task.pool is not None else 0,
+        examples_per_request=task.settings.examples_from_pool.k  # type: ignore[union-attr]
+        if task.uses_pool
+        else len(task.examples),
         warnings=list(task.warnings),
     )
 
@@ -108,7 +112,11 @@ async def task_detail(task: str, request: Request) -> TaskDetailOut:
         **_task_out(spec).model_dump(),
         schema=dict(spec.schema),
         engine_schema=dict(spec.engine_schema),
-        prompt=PromptOut(file=spec.prompt_path.name, variables=service.prompt_variables(spec)),
+        prompt=PromptOut(
+            file=spec.prompt_path.name,
+            variables=service.prompt_variables(spec),
+            layout="instruction" if spec.instruction_only else "turns",
+        ),
         settings=dataclasses.asdict(spec.settings),
     )
 

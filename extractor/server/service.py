@@ -214,6 +214,7 @@ class Service:
             self.metrics.observe_attempts(task, failed.attempts)
             raise
         self.metrics.observe_attempts(task, result.attempts)
+        self.metrics.observe_result(task, result.grounded_decoding)
         return result
 
     # -- chat -----------------------------------------------------------------------------

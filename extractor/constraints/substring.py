@@ -1,0 +1,278 @@
+r"""Task schema -> llguidance Lark grammar whose grounded strings are substrings of the text. Pure.
+
+The grammar spells out the JSON the model writes, compact (no whitespace), keys in the schema's
+order. A grounded string field becomes ``"\\"" SUB "\\""`` where ``SUB`` is llguidance's
+substring automaton over the text's chunks (``%regex {"substring_chunks": [...]}``), intersected
+with the field's length bounds (at least one character). Chunks are runs of whitespace, runs of
+word characters of spaced scripts, and single characters otherwise, each character of an
+unspaced script (CJK, kana, Thai) on its own, so a value may start and end at any word (or CJK
+character) boundary. Each chunk is JSON-escaped, so every concatenation is a valid JSON string
+body that decodes to the text as written.
+
+Every part of the schema without a grounded string below it is embedded as ``%json {...}``
+and compiled by llguidance's own JSON Schema support. Objects and arrays holding grounded
+strings are spelled out: properties in order, required and optional keys, ``maxItems`` and
+``minItems``, ``null`` where the type allows it, ``anyOf`` as alternatives. Objects are written
+closed (no keys beyond ``properties``): a narrowing, never a widening, of what validates.
+Where a node holding grounded strings uses anything else (``oneOf``, ``allOf``,
+``patternProperties``, ``prefixItems``...), :func:`translate` raises :class:`UntranslatableError`
+and the caller keeps the older enum path. A grounded field with a ``pattern`` or ``format``
+is decoded by its schema and grounded after generation (named in ``Grammar.posthoc``).
+
+With ``clauses=True`` a value is a substring of one clause: the text is cut after clause
+punctuation (``，。；：！？`` and ``; ! ?`` and ``.`` followed by a space), so a value cannot run
+across ``，``. The default is the one `bench/grounded_grammar.py` measured best.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from extractor import decoding
+from extractor.grounding import _resolve, split_unspaced
+
+# One JSON string character as written: an escape or a character that needs none.
+_JSON_CHAR = r'(\\["\\\/bfnrt]|\\u[0-9a-fA-F]{4}|[^"\\\x00-\x1f])'
+# A value neither starts nor ends with whitespace (or an escape), and holds a letter or digit:
+# the rule the enum of spans followed (no "?" or " Paris" as a value).
+_TRIMMED = r"/[^\s\\](.*[^\s\\])?/"
+_WORDY = r"/.*[\p{L}\p{N}].*/"
+_CHUNK = re.compile(r"\s+|\w+|.", re.S)
+_CLAUSE_END = re.compile(r"[，。；：！？;!?]+|\.(?=\s)")
+# Keywords that describe a node without constraining it: ignored by the translation.
+_ANNOTATIONS = frozenset(
+    {"title", "description", "default", "examples", "$comment", "$id", "$schema", "$anchor", "deprecated"}
+    | {"readOnly", "writeOnly", "$defs", "definitions"}
+)
+# llguidance's JSON options for embedded schemas: compact, as the engine writes JSON elsewhere.
+_COMPACT = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
+_OBJECT_KEYS = frozenset({"type", "properties", "required", "additionalProperties"})
+_ARRAY_KEYS = frozenset({"type", "items", "minItems", "maxItems", "uniqueItems"})
+
+
+class UntranslatableError(Exception):
+    """A node holding grounded strings uses a construct the grammar does not spell out."""
+
+    def __init__(self, pointer: str, reason: str) -> None:
+        super().__init__(f"{pointer}: {reason}")
+        self.pointer = pointer
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """A Lark grammar for one text, and the grounded fields it holds to the text."""
+
+    lark: str
+    fields: tuple[str, ...]  # schema pointers constrained to substrings while decoding
+    posthoc: tuple[str, ...] = ()  # grounded fields decoded by their schema, checked after generation
+
+
+def chunks(text: str) -> list[str]:
+    """The text cut into whitespace runs, spaced-script words, and single other characters."""
+    found: list[str] = []
+    for match in _CHUNK.finditer(text):
+        piece = match.group(0)
+        found += [piece] if piece[0].isspace() else split_unspaced(piece)
+    return found
+
+
+def clauses(text: str) -> list[str]:
+    """The text cut after each clause-ending punctuation run (the punctuation stays in its clause)."""
+    pieces, start = [], 0
+    for match in _CLAUSE_END.finditer(text):
+        pieces.append(text[start : match.end()])
+        start = match.end()
+    pieces.append(text[start:])
+    return [p for p in pieces if p.strip()]
+
+
+def word_count(text: str) -> int:
+    """Words as the substring automaton's size grows: spaced words plus unspaced characters."""
+    return sum(1 for c in chunks(text) if not c.isspace())
+
+
+def translate(
+    schema: Mapping[str, Any], text: str, targets: Mapping[int, str], *, clauses_only: bool = False
+) -> Grammar:
+    """The grammar for ``text``; ``targets`` maps ``id(subschema)`` to the pointer of each grounded field.
+
+    Raises:
+        UntranslatableError: a node holding grounded fields uses a construct the grammar does not spell out.
+
+    """
+    return _Translator(schema, text, targets, clauses_only).run()
+
+
+@dataclass
+class _Translator:
+    schema: Mapping[str, Any]
+    text: str
+    targets: Mapping[int, str]
+    clauses_only: bool
+    names: dict[int, str] = field(default_factory=dict)  # id(node) -> its rule's name
+    bodies: dict[str, str] = field(default_factory=dict)  # rule name -> body, in definition order
+    terminals: dict[tuple[int, int | None], str] = field(default_factory=dict)
+    fields: list[str] = field(default_factory=list)
+    posthoc: list[str] = field(default_factory=list)
+    _holds: dict[int, bool] = field(default_factory=dict)
+
+    def run(self) -> Grammar:
+        top = self.rule(self.schema, "#")
+        lines = [f"start: {top}"]
+        lines += [f"{name}: {body}" for name, body in self.bodies.items()]
+        if self.terminals:
+            lines.append(f"TEXT: {self.substring()}")
+            for (low, high), name in self.terminals.items():
+                bound = f"{{{low},{high}}}" if high is not None else f"{{{low},}}"
+                lines.append(f"{name}: TEXT & /{_JSON_CHAR}{bound}/ & {_TRIMMED} & {_WORDY}")
+        return Grammar("\n".join(lines) + "\n", tuple(sorted(set(self.fields))), tuple(sorted(set(self.posthoc))))
+
+    def substring(self) -> str:
+        pieces = clauses(self.text) if self.clauses_only else [self.text]
+        automata = []
+        for piece in pieces:
+            escaped = [json.dumps(c, ensure_ascii=False)[1:-1] for c in chunks(piece)]
+            automata.append('%regex {"substring_chunks": ' + json.dumps(escaped, ensure_ascii=False) + "}")
+        return " | ".join(automata) if automata else '""'
+
+    # -- nodes --------------------------------------------------------------------------------
+
+    def rule(self, node: Any, pointer: str) -> str:
+        """A rule name for ``node`` (defined once, so shared and recursive refs work)."""
+        if not isinstance(node, Mapping):
+            return self.json(node)
+        if id(node) in self.names:
+            return self.names[id(node)]
+        name = self.names[id(node)] = f"n{len(self.names)}"
+        self.bodies[name] = self.expression(node, pointer)
+        return name
+
+    def expression(self, node: Mapping[str, Any], pointer: str) -> str:
+        if not self.holds(node):
+            return self.json(node)
+        if id(node) in self.targets:
+            return self.string(node, pointer)
+        if isinstance(node.get("$ref"), str):
+            self.only(node, {"$ref"}, pointer)
+            return self.rule(_resolve(self.schema, node["$ref"]), node["$ref"])
+        if "anyOf" in node:
+            self.only(node, {"anyOf"}, pointer)
+            branches = [self.rule(b, f"{pointer}/anyOf/{i}") for i, b in enumerate(node["anyOf"])]
+            return " | ".join(branches)
+        kinds = decoding.types_of(node)
+        if "properties" in node or kinds & {"object"}:
+            return self.nullable(self.object(node, pointer), kinds)
+        if "items" in node or kinds & {"array"}:
+            return self.nullable(self.array(node, pointer), kinds)
+        used = sorted(k for k in node if k not in _ANNOTATIONS and not str(k).startswith("x-")) or ["no type"]
+        raise UntranslatableError(pointer, f"{', '.join(used)} beside grounded fields")
+
+    def string(self, node: Mapping[str, Any], pointer: str) -> str:
+        if "pattern" in node or "format" in node:
+            self.posthoc.append(self.targets[id(node)])
+            return self.json(node)
+        self.fields.append(self.targets[id(node)])
+        low = max(1, int(node.get("minLength", 0)))
+        high = node.get("maxLength")
+        key = (low, int(high) if high is not None else None)
+        name = self.terminals.setdefault(key, f"SUB{len(self.terminals)}")
+        return self.nullable(f'"\\"" {name} "\\""', decoding.types_of(node))
+
+    def object(self, node: Mapping[str, Any], pointer: str) -> str:
+        self.only(node, _OBJECT_KEYS, pointer)
+        properties = node.get("properties") or {}
+        required = set(node.get("required") or [])
+        missing = required - set(properties)
+        if missing:
+            raise UntranslatableError(pointer, f"required key(s) {sorted(missing)} without a property schema")
+        members = [
+            (_literal(json.dumps(str(name), ensure_ascii=False) + ":"), self.rule(sub, f"{pointer}/properties/{name}"))
+            for name, sub in properties.items()
+        ]
+        flags = [name in required for name in properties]
+        return '"{" ' + self.members(members, flags) + ' "}"'
+
+    def members(self, members: Sequence[tuple[str, str]], required: Sequence[bool]) -> str:
+        """Keys in order, optional ones skippable, commas only between members present."""
+        if all(required):
+            return ' "," '.join(f"{key} {value}" for key, value in members) or '""'
+        # rest(i, first): the members from i on; ``first`` when none was written yet.
+        names: dict[tuple[int, bool], str] = {}
+
+        def rest(i: int, first: bool) -> str:
+            if i == len(members):
+                return '""'
+            if (i, first) in names:
+                return names[(i, first)]
+            key, value = members[i]
+            comma = "" if first else '"," '
+            here = f"{comma}{key} {value} {rest(i + 1, False)}"
+            body = here if required[i] else f"({here}) | {rest(i + 1, first)}"
+            name = names[(i, first)] = f"m{len(self.bodies)}"
+            self.bodies[name] = body
+            return name
+
+        return rest(0, True)
+
+    def array(self, node: Mapping[str, Any], pointer: str) -> str:
+        self.only(node, _ARRAY_KEYS, pointer)
+        item = self.rule(node.get("items", {}), f"{pointer}/items")
+        low, high = int(node.get("minItems", 0)), node.get("maxItems")
+        if high is not None and int(high) == 0:
+            return '"[]"'
+        more = f'("," {item})' + (
+            f"{{{max(0, low - 1)},{int(high) - 1}}}" if high is not None else f"{{{max(0, low - 1)},}}"
+        )
+        body = f"{item} {more}"
+        return f'"[" {body} "]"' if low > 0 else f'"[" ({body})? "]"'
+
+    def nullable(self, expression: str, kinds: set[str]) -> str:
+        return f'"null" | {expression}' if "null" in kinds else expression
+
+    def only(self, node: Mapping[str, Any], allowed: frozenset[str] | set[str], pointer: str) -> None:
+        extra = sorted(k for k in node if k not in allowed and k not in _ANNOTATIONS and not str(k).startswith("x-"))
+        if extra:
+            raise UntranslatableError(pointer, f"{', '.join(extra)} beside grounded fields")
+
+    def json(self, node: Any) -> str:
+        """Any value of ``node`` (the root's ``$defs`` carried along for its refs), compact."""
+        if node is True:
+            node = {}
+        if not isinstance(node, Mapping):
+            raise UntranslatableError("#", f"schema {node!r} admits no value")
+        embedded: Any = decoding.engine_schema(node)
+        if isinstance(embedded, dict):
+            for key in ("$defs", "definitions"):
+                if key in self.schema and key not in embedded:
+                    embedded[key] = decoding.engine_schema(self.schema[key])
+            embedded["x-guidance"] = _COMPACT
+        return "%json " + json.dumps(embedded, ensure_ascii=False, separators=(",", ":"))
+
+    def holds(self, node: Any, seen: frozenset[int] = frozenset()) -> bool:
+        """Whether ``node`` or anything below it is a grounded field."""
+        if not isinstance(node, Mapping) or id(node) in seen:
+            return False
+        if self._holds.get(id(node)):
+            return True
+        seen = seen | {id(node)}
+        found = id(node) in self.targets
+        children: list[Any] = []
+        if isinstance(node.get("$ref"), str):
+            children.append(_resolve(self.schema, node["$ref"]))
+        for key in ("anyOf", "oneOf", "allOf", "prefixItems"):
+            children += list(node.get(key) or [])
+        children += list((node.get("properties") or {}).values())
+        children += [node.get("items"), node.get("additionalProperties")]
+        found = found or any(self.holds(child, seen) for child in children)
+        if found:  # a False under a cycle cut may be partial: only True is cached
+            self._holds[id(node)] = True
+        return found
+
+
+def _literal(text: str) -> str:
+    """A Lark string literal matching ``text`` exactly."""
+    return json.dumps(text, ensure_ascii=False)

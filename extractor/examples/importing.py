@@ -1,0 +1,148 @@
+"""Gold files -> example pools (``extractor examples import``). Pure apart from reading and writing.
+
+A gold line holds either a task-shaped ``output`` or ``expected`` as ``extractor eval`` reads it:
+``{slot: [values...]}`` (or ``{slot: value}``). ``expected`` is shaped by the task's schema: a
+field that holds an array takes the list, a scalar field takes the one value (two values for a
+scalar field cannot be shown and the line is refused), an absent field becomes ``null`` where
+the schema allows it. Each line then passes the same checks as a pool line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from extractor.decoding import types_of
+from extractor.examples.pool import check_line
+from extractor.gold import TaskMap
+from extractor.grounding import _resolve
+from extractor.journal import write_atomic
+from extractor.tasks import Task
+
+
+@dataclass
+class ImportReport:
+    """What an import kept, skipped (another task's lines) and refused (with line numbers)."""
+
+    kept: int = 0
+    other_task: int = 0
+    duplicates: int = 0
+    refused: list[str] = field(default_factory=list)
+
+    def text(self) -> str:
+        lines = [f"kept {self.kept} line(s); refused {len(self.refused)}; other tasks {self.other_task}"]
+        if self.duplicates:
+            lines[0] += f"; duplicate texts {self.duplicates}"
+        lines += [f"  {problem}" for problem in self.refused[:20]]
+        if len(self.refused) > 20:
+            lines.append(f"  ... and {len(self.refused) - 20} more")
+        return "\n".join(lines)
+
+
+def shape(expected: Mapping[str, Any], schema: Mapping[str, Any]) -> dict[str, Any]:
+    """``expected`` ({field: [values]}) as an output of ``schema``; ``ValueError`` when it cannot be."""
+    properties = schema.get("properties") or {}
+    unknown = sorted(set(expected) - set(properties))
+    if unknown:
+        raise ValueError(f"field(s) {', '.join(map(repr, unknown))} are not in the task's schema")
+    required = set(schema.get("required") or [])
+    output: dict[str, Any] = {}
+    for name, sub in properties.items():
+        node = _deref(schema, sub)
+        kinds = _types(node)
+        if name not in expected or expected[name] in (None, []):
+            if "null" in kinds:
+                output[name] = None
+            elif "array" in kinds and name in required:
+                output[name] = []
+            elif name in required:
+                raise ValueError(f"{name!r} is required and not nullable, but the gold line has no value for it")
+            continue
+        values = expected[name] if isinstance(expected[name], list) else [expected[name]]
+        if "array" in kinds:
+            output[name] = list(values)
+        elif len(values) == 1:
+            output[name] = values[0]
+        else:
+            raise ValueError(f"{name!r} holds one value in the schema, the gold line has {len(values)}")
+    return output
+
+
+def import_gold(
+    path: Path, task: Task, *, task_field: str = "task", mapping: TaskMap | None = None
+) -> tuple[list[dict[str, Any]], ImportReport]:
+    """Pool lines for ``task`` from the gold file at ``path``, and what happened to each line."""
+    report = ImportReport()
+    lines: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if not raw.strip():
+                continue
+            try:
+                value = json.loads(raw)
+                if not isinstance(value, dict):
+                    raise ValueError("expected a JSON object")
+                if task_field in value:
+                    name = mapping(value[task_field]) if mapping is not None else value[task_field]
+                    if name != task.name:
+                        report.other_task += 1
+                        continue
+                line = _pool_line(value, task)
+                check_line(json.dumps(line), validator=task.validator, ungrounded=task.ungrounded)
+            except (ValueError, KeyError) as error:
+                report.refused.append(f"{path}:{number}: {error}")
+                continue
+            if line["text"].strip() in seen:
+                report.duplicates += 1
+                continue
+            seen.add(line["text"].strip())
+            lines.append(line)
+            report.kept += 1
+    return lines, report
+
+
+def write_pool(path: Path, lines: list[dict[str, Any]]) -> None:
+    """Write the pool atomically (a reader never sees half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = "".join(json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n" for line in lines)
+    write_atomic(path, body)
+
+
+def _pool_line(value: Mapping[str, Any], task: Task) -> dict[str, Any]:
+    text = value.get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("'text' must be a non-empty string")
+    if "output" in value:
+        output = value["output"]
+    elif isinstance(value.get("expected"), dict):
+        output = shape(value["expected"], task.schema)
+    else:
+        raise ValueError("the line needs 'output' (task-shaped) or 'expected' ({field: [values]})")
+    line: dict[str, Any] = {"text": text, "output": output}
+    if "id" in value:
+        line["id"] = value["id"]
+    return line
+
+
+def _deref(root: Mapping[str, Any], node: Any) -> Mapping[str, Any]:
+    for _ in range(16):
+        if isinstance(node, Mapping) and isinstance(node.get("$ref"), str):
+            node = _resolve(root, node["$ref"])
+        else:
+            break
+    return node if isinstance(node, Mapping) else {}
+
+
+def _types(node: Mapping[str, Any]) -> set[str]:
+    kinds = types_of(node)
+    if kinds:
+        return kinds
+    for key in ("anyOf", "oneOf"):
+        for branch in node.get(key) or []:
+            if isinstance(branch, Mapping):
+                kinds |= _types(branch)
+    return kinds

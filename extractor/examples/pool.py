@@ -1,0 +1,137 @@
+"""Example pools: ``examples/<task>.jsonl`` beside ``schemas/`` and ``prompts/``, checked line by line.
+
+Each line is ``{"text": ..., "output": ...}`` with an optional ``"id"``. A line is kept when its
+output validates against the task's schema and every grounded string of it occurs in its text
+(as written or normalized: a demonstration must copy, never paraphrase). Other lines are
+reported with file and line number and left out; the rest of the pool keeps working.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+from jsonschema.protocols import Validator
+
+from extractor import grounding
+from extractor.examples.selection import Selector
+
+# Bounds that keep load time and memory predictable; past them the line is reported.
+MAX_POOL_LINES = 100_000
+MAX_TEXT_CHARS = 4_000
+_MAX_REPORTED = 20
+
+
+@dataclass(frozen=True)
+class Example:
+    """A worked example: input text and the expected output, shown to the model as a demonstration."""
+
+    text: str
+    output: Mapping[str, Any]
+    id: Any = None
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    """``x-extractor.examples_from_pool``: how many pool examples each request shows, and how chosen."""
+
+    k: int = 3
+    diverse: bool = True
+
+
+@dataclass(frozen=True, eq=False)
+class ExamplePool:
+    """A task's checked examples and their BM25 index."""
+
+    path: Path
+    examples: tuple[Example, ...]
+    selector: Selector
+    problems: tuple[str, ...] = ()
+    _texts: Mapping[str, int] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def nearest(self, text: str, settings: PoolSettings) -> tuple[Example, ...]:
+        """The ``k`` examples nearest to ``text``, the nearest **last** (closest to the request)."""
+        chosen = self.selector.nearest(text, settings.k, diverse=settings.diverse)
+        return tuple(self.examples[i] for i in reversed(chosen))
+
+    def contains(self, text: str) -> bool:
+        """Whether ``text`` (whitespace-trimmed) is one of the pool's texts: leakage for an evaluation."""
+        return text.strip() in self._texts
+
+
+def load_pool(
+    path: Path, *, validator: Validator, ungrounded: frozenset[str], limit: int = MAX_POOL_LINES
+) -> ExamplePool:
+    """Read and check ``path``; bad lines become ``problems`` (``file:line: why``), never an exception.
+
+    Args:
+        path: The pool file (JSON Lines).
+        validator: The task schema's validator.
+        ungrounded: Field paths exempt from grounding (``"x-grounded": false``).
+        limit: Lines past this many are not read (reported once).
+
+    """
+    examples: list[Example] = []
+    problems: list[str] = []
+    texts: dict[str, int] = {}
+    try:
+        handle = path.open("rb")
+    except OSError as error:
+        return ExamplePool(path, (), Selector([]), (f"{path}: cannot read the pool: {error}",))
+    with handle:
+        for number, raw in enumerate(handle, start=1):
+            if number > limit:
+                problems.append(f"{path}:{number}: the pool holds more than {limit} lines; the rest is not read")
+                break
+            if not raw.strip():
+                continue
+            try:
+                example = check_line(raw, validator=validator, ungrounded=ungrounded)
+            except ValueError as error:
+                problems.append(f"{path}:{number}: {error}")
+                continue
+            texts.setdefault(example.text.strip(), len(examples))
+            examples.append(example)
+    return ExamplePool(path, tuple(examples), Selector([e.text for e in examples]), tuple(problems), texts)
+
+
+def check_line(raw: bytes | str, *, validator: Validator, ungrounded: frozenset[str]) -> Example:
+    """One pool line as an :class:`Example`; ``ValueError`` says what is wrong with it."""
+    try:
+        value = json.loads(raw)
+    except ValueError as error:  # UnicodeDecodeError is a ValueError too
+        raise ValueError(f"invalid JSON or UTF-8: {error}") from None
+    if not isinstance(value, dict):
+        raise ValueError('expected a JSON object {"text": ..., "output": {...}}')
+    unknown = sorted(set(value) - {"text", "output", "id"})
+    if unknown:
+        raise ValueError(f"unknown key(s) {', '.join(map(repr, unknown))}; a line holds text, output and id")
+    text, output = value.get("text"), value.get("output")
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("'text' must be a non-empty string")
+    if len(text) > MAX_TEXT_CHARS:
+        raise ValueError(f"'text' is {len(text)} characters; examples are kept under {MAX_TEXT_CHARS}")
+    if not isinstance(output, dict):
+        raise ValueError("'output' must be a JSON object shaped like the task's answer")
+    problem = jsonschema.exceptions.best_match(validator.iter_errors(output))
+    if problem is not None:
+        where = "/output" + "".join(f"/{p}" for p in problem.path)
+        raise ValueError(f"{where}: does not match the schema: {problem.message}")
+    for span in grounding.locate(text, output, skip=ungrounded):
+        if span.status not in ("exact", "normalized"):
+            raise ValueError(f"/output{span.path}: {span.value!r} does not occur in the text as written")
+    return Example(text=text, output=output, id=value.get("id"))
+
+
+def summarize(problems: Sequence[str]) -> list[str]:
+    """At most a screenful of problems, with a count of the rest."""
+    if len(problems) <= _MAX_REPORTED:
+        return list(problems)
+    return [*problems[:_MAX_REPORTED], f"... and {len(problems) - _MAX_REPORTED} more bad lines"]
