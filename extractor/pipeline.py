@@ -170,6 +170,18 @@ async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk:
         generation = await engine.generate(request)
         parsed = parse_and_validate(generation.text, task.validator)
         errors = list(parsed.errors)
+        if errors and grammar is not None and parsed.repaired and generation.finish_reason != "length":
+            # Under the substring grammar a cut answer that was not cut by max_tokens means the
+            # grammar left no token to go on with (llguidance masks to EOS, silently): decode the
+            # next attempts without it rather than meet the same wall three times.
+            constrained = grounded_decoding.without_grammar(
+                task.schema,
+                text,
+                everywhere=p.grounded_decoding is True,
+                why=f"the substring grammar ended attempt {number} early ({generation.text[-40:]!r})",
+            )
+            grammar, json_schema = None, constrained.schema or task.engine_schema
+            fields = constrained.fields
         if errors and generation.finish_reason == "length":
             errors.append(f"the answer was cut off at {p.max_tokens} tokens: give shorter values")
         spans: list[Span] = []

@@ -14,6 +14,10 @@ from extractor.config import repo_root
 
 LANDMARK_TEXT = "阿尔罕布拉宫是西班牙摩尔人统治时期的宫殿建筑。"
 
+# On a GPU each engine takes this share of its memory up front: the session engine, the engines of
+# CLI subprocesses (some killed on purpose) and `vllm serve` must fit beside one another (CPU: ignored).
+os.environ.setdefault("EXTRACTOR_GPU_MEMORY_UTILIZATION", "0.12")
+
 
 @pytest.fixture(scope="session")
 def catalog() -> Catalog:
@@ -45,9 +49,6 @@ def landmark(**values: str | None) -> str:
 @pytest.fixture(scope="session")
 def real_extractor() -> Iterator[Extractor]:
     """The real vLLM engine on the default model, started once for the whole session."""
-    # On a GPU each engine takes this share of its memory up front: the session engine, a CLI
-    # subprocess and `vllm serve` must fit beside one another (ignored on CPU).
-    os.environ.setdefault("EXTRACTOR_GPU_MEMORY_UTILIZATION", "0.15")
     settings = Settings.from_env(engine="vllm", max_num_seqs=16, kv_cache_space_gib=2)
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(settings.kv_cache_space_gib))
     extractor = Extractor(settings=settings)

@@ -11,7 +11,6 @@ from typing import Any
 
 import pydantic
 import pytest
-from mypy import api as mypy_api
 
 from extractor import Catalog, Extractor, ScriptedEngine
 from extractor.cli import main
@@ -150,6 +149,8 @@ def test_generated_module_type_checks(catalog: Catalog, tmp_path: Path) -> None:
         "n: int = q.conditions[0].value\n",
         encoding="utf-8",
     )
+    from mypy import api as mypy_api  # here, not at the top: the GPU host's test run has no mypy
+
     flags = ["--strict", "--no-incremental", "--cache-dir", str(tmp_path / ".mypy"), "--python-version", "3.11"]
     out, err, status = mypy_api.run([*flags, str(tmp_path / "query_conditions_model.py"), str(good), str(bad)])
     errors = [line for line in out.splitlines() if ": error:" in line]

@@ -202,3 +202,18 @@ def test_extractive_on_a_non_string_is_a_load_warning(tmp_path: Path) -> None:
         tmp_path, {"odd": {"type": "object", "properties": {"n": {"type": "integer", "x-extractive": True}}}}
     )
     assert any("x-extractive: only string fields" in w for w in catalog.get("odd").warnings)
+
+
+async def test_a_grammar_dead_end_switches_the_next_attempts_to_the_enum(
+    extractor: Extractor, engine: ScriptedEngine
+) -> None:
+    # llguidance masks to EOS when its grammar leaves no token to go on with: the answer stops
+    # early with finish_reason "stop". The next attempt must not meet the same wall.
+    engine.enqueue(['{"name":"', landmark(name="阿尔罕布拉宫", country="西班牙")])
+    result = await extractor.aextract("landmark_slots", LANDMARK_TEXT)
+    first, second = engine.history
+    assert first.grammar is not None and second.grammar is None
+    assert second.json_schema is not None and "西班牙" in second.json_schema["properties"]["country"]["enum"]
+    assert result.grounded_decoding == "enum" and len(result.attempts) == 2
+    assert "the substring grammar ended attempt 1 early" in result.notes[0]
+    assert result.data["country"] == "西班牙"

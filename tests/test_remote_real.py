@@ -52,7 +52,7 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "--max-num-seqs",
         "16",
         "--gpu-memory-utilization",
-        os.environ.get("EXTRACTOR_GPU_MEMORY_UTILIZATION", "0.15"),
+        os.environ.get("EXTRACTOR_GPU_MEMORY_UTILIZATION", "0.12"),
         "--structured-outputs-config",
         '{"backend":"guidance","disable_any_whitespace":true}',
     ]

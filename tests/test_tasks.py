@@ -685,3 +685,22 @@ def test_shipped_catalog_loads_cleanly(backend: Any) -> None:
         assert len(task.examples) >= 3, name
         assert task.warnings == (), (name, task.warnings)
         assert task.schema_path == repo_root() / "schemas" / f"{name}.json"
+
+
+def test_model_prepare_repairs_a_byte_level_tokenizer_converted_with_byte_fallback(tmp_path: Path) -> None:
+    # transformers 5.17 (the GPU host) wrote SmolLM2's tokenizer this way; llguidance then masked
+    # every CJK byte token (found running the engine tests on an H200)
+    from extractor.models import repair_byte_level_tokenizer
+
+    broken = {
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": True},
+        "decoder": {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, {"type": "Fuse"}]},
+        "model": {"type": "BPE", "byte_fallback": True, "fuse_unk": True, "vocab": {"a": 0}, "merges": []},
+    }
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(broken))
+    assert repair_byte_level_tokenizer(path) is True
+    fixed = json.loads(path.read_text())
+    assert fixed["decoder"]["type"] == "ByteLevel" and fixed["model"]["byte_fallback"] is False
+    assert fixed["model"]["vocab"] == {"a": 0}
+    assert repair_byte_level_tokenizer(path) is False  # already right: left alone

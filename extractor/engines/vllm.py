@@ -114,7 +114,12 @@ class VLLMEngine:
         )
 
     async def _build(self) -> Any:
-        if not has_cuda():
+        if has_cuda():
+            # The engine core runs in a child process; a forked child of a process in which anything
+            # (a tokenizer's torch import, a test's check) touched CUDA fails "CUDA error:
+            # initialization error". A spawned child starts clean.
+            os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+        else:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self._settings.kv_cache_space_gib))
         from vllm.v1.engine.async_llm import AsyncLLM
 

