@@ -53,7 +53,7 @@ class Settings:
     kv_cache_space_gib: int = 4
     # grounded decoding: substring grammars up to this many words; each value within one clause
     grounded_max_words: int = 5000
-    grounded_clauses: bool = False
+    grounded_clauses: bool = True
     temperature: float = 0.1
     max_tokens: int = 256
     max_attempts: int = MAX_ATTEMPTS_LIMIT

@@ -142,7 +142,7 @@ def constrain(
     *,
     everywhere: bool,
     max_words: int = MAX_WORDS,
-    clauses: bool = False,
+    clauses: bool = True,
     max_candidates: int = MAX_CANDIDATES,
 ) -> Constrained | None:
     """How to decode ``text`` so that its extractive fields stay in it (None: no field is extractive).

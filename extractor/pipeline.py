@@ -59,7 +59,7 @@ class Plan:
     # True: every grounded string field; None: only fields marked "x-extractive"; False: none.
     grounded_decoding: bool | None = None
     grounded_max_words: int = MAX_GROUNDED_WORDS
-    grounded_clauses: bool = False
+    grounded_clauses: bool = True
 
 
 def plan(task: Task, options: Options, settings: Settings) -> Plan:

@@ -62,19 +62,30 @@ class Selector:
         if k <= 0 or not self._size:
             return []
         scores = self.scores(text)
-        # A stable sort on -score keeps pool order among equal scores: the same text always
-        # gets the same examples.
-        order = np.argsort(-scores, kind="stable")
         chosen: list[int] = []
-        for index in order.tolist():
-            if index in exclude:
-                continue
-            if diverse and any(self._near(index, other) for other in chosen):
-                continue
-            chosen.append(index)
-            if len(chosen) == k:
+        # The best few candidates first (argpartition: linear), the full order only when the
+        # near-duplicate filter passes over all of them.
+        width = min(self._size, 8 * k + 16)
+        for order in (self._best(scores, w) for w in (width, self._size)):
+            for index in order:
+                if index in exclude or index in chosen:
+                    continue
+                if diverse and any(self._near(index, other) for other in chosen):
+                    continue
+                chosen.append(index)
+                if len(chosen) == k:
+                    return chosen
+            if width == self._size:
                 break
         return chosen
+
+    @staticmethod
+    def _best(scores: np.ndarray, width: int) -> list[int]:
+        """The ``width`` best indices, by score then pool order (deterministic for a given pool)."""
+        if width < len(scores):
+            top = np.argpartition(-scores, width - 1)[:width]
+            return [int(i) for i in top[np.lexsort((top, -scores[top]))]]
+        return [int(i) for i in np.argsort(-scores, kind="stable")]
 
     def _near(self, a: int, b: int) -> bool:
         left, right = self._sets[a], self._sets[b]
