@@ -165,3 +165,12 @@ def machine() -> dict[str, Any]:
 def save(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def write_table(name: str, title: str, intro: str, header: Sequence[str], rows: Sequence[str]) -> Path:
+    """``bench/results/<name>``: a title, a paragraph, then a markdown table."""
+    align = "|" + "---|" * len(header)
+    lines = [f"# {title}", "", intro, "", "| " + " | ".join(header) + " |", align, *rows]
+    path = RESULTS / name
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path

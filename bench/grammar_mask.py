@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from bench.common import RESULTS, ROOT
+from bench.common import ROOT, write_table
 from bench.grounded_grammar import TASK, texts
 from extractor import Catalog, Settings
 from extractor.constraints import substring
@@ -76,17 +76,14 @@ def main() -> None:
             runs = [mask_ms(lt, tok, keep(lark, kept), random.Random(seed)) for seed in range(3)]
             rows.append((words, label, float(np.median(runs))))
             print(f"bench: {words} words, {label}: {rows[-1][2]:.3f} ms/token", flush=True)
-    lines = [
-        "# Substring grammar: mask cost per token by intersection",
-        "",
+    write_table(
+        "grammar_mask.md",
+        "Substring grammar: mask cost per token by intersection",
         f"llguidance matcher, default model's tokenizer, `{TASK}`, random 60-token walks, median of 3. "
         "`python -m bench.grammar_mask`. A 2-core machine: absolute times move with load, compare within a column.",
-        "",
-        "| words | value lexeme | mask ms/token |",
-        "|---:|---|---:|",
-        *(f"| {w} | {label} | {ms:.3f} |" for w, label, ms in rows),
-    ]
-    (RESULTS / "grammar_mask.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        ["words", "value lexeme", "mask ms/token"],
+        [f"| {w} | {label} | {ms:.3f} |" for w, label, ms in rows],
+    )
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import json
 import statistics
 import time
 
-from bench.common import GOLD, RESULTS, ROOT
+from bench.common import GOLD, ROOT, write_table
 from extractor.examples.selection import Selector
 
 POOL = ROOT.parent / "shared" / "eval" / "snips" / "pool.jsonl"
@@ -34,17 +34,14 @@ def main() -> None:
         times.sort()
         rows.append((size, build_ms, statistics.median(times), times[int(len(times) * 0.99) - 1]))
         print(f"bench: {size} texts: index {build_ms:.0f} ms, query p50 {rows[-1][2]:.3f} ms, p99 {rows[-1][3]:.3f} ms")
-    lines = [
-        "# Example selection cost (BM25, bm25s)",
-        "",
+    write_table(
+        "retrieval.md",
+        "Example selection cost (BM25, bm25s)",
         "SNIPS pool texts (repeated past 6,999), 200 SNIPS dev utterances as queries, k = 3 with the "
         "near-duplicate filter, one core. `python -m bench.retrieval`.",
-        "",
-        "| pool texts | index build ms | query p50 ms | query p99 ms |",
-        "|---:|---:|---:|---:|",
-        *(f"| {s:,} | {b:.0f} | {p50:.3f} | {p99:.3f} |" for s, b, p50, p99 in rows),
-    ]
-    (RESULTS / "retrieval.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        ["pool texts", "index build ms", "query p50 ms", "query p99 ms"],
+        [f"| {s:,} | {b:.0f} | {p50:.3f} | {p99:.3f} |" for s, b, p50, p99 in rows],
+    )
 
 
 if __name__ == "__main__":
