@@ -11,10 +11,14 @@ import typing
 from collections.abc import Iterator, Sequence
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from extractor.config import Settings, parse_bool
 from extractor.errors import ConfigError, ExtractionFailed, ExtractorError
+
+if TYPE_CHECKING:
+    from extractor.api import Extractor
+    from extractor.gold import GoldItem
 
 _SETTING_HELP = {
     "home": "cache folder for converted models (EXTRACTOR_HOME)",
@@ -299,7 +303,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _pool_overlap(extractor: Any, items: list[Any], *, exclude: bool) -> list[Any]:
+def _pool_overlap(extractor: Extractor, items: list[GoldItem], *, exclude: bool) -> list[GoldItem]:
     """Warn about gold texts that are also in their task's example pool; drop them when ``exclude``."""
     leaked = [i for i in items if (pool := extractor.task(i.task).pool) is not None and pool.contains(i.text)]
     if not leaked:

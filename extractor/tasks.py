@@ -135,6 +135,12 @@ class Task:
         return self.pool is not None and len(self.pool) > 0 and settings is not None
 
     @property
+    def examples_per_request(self) -> int:
+        """How many worked examples each request shows (at most: a small pool may have fewer)."""
+        settings = self.settings.examples_from_pool
+        return settings.k if self.uses_pool and settings is not None else len(self.examples)
+
+    @property
     def title(self) -> str:
         return str(self.schema.get("title") or self.name)
 

@@ -36,14 +36,14 @@ class Selector:
     def __init__(self, texts: Sequence[str]) -> None:
         import bm25s
 
-        self._tokens = [tokens(t) for t in texts]
-        self._sets = [frozenset(t) for t in self._tokens]
+        words = [tokens(t) for t in texts]
+        self._sets = [frozenset(w) for w in words]
         self._size = len(texts)
         self._index: bm25s.BM25 | None = None
         if self._size:
             self._index = bm25s.BM25()
             # Empty token lists would make bm25s drop rows (and shift indices): keep a placeholder.
-            self._index.index([t or ["\x00"] for t in self._tokens], show_progress=False)
+            self._index.index([w or ["\x00"] for w in words], show_progress=False)
 
     def __len__(self) -> int:
         return self._size
@@ -57,8 +57,12 @@ class Selector:
             return np.zeros(self._size)
         return np.asarray(self._index.get_scores(query), dtype=np.float64)
 
-    def nearest(self, text: str, k: int, *, diverse: bool = True, exclude: frozenset[int] = frozenset()) -> list[int]:
-        """Indices of the ``k`` pool texts nearest to ``text``, best first; ties keep pool order."""
+    def nearest(self, text: str, k: int, *, diverse: bool = True) -> list[int]:
+        """Indices of the ``k`` pool texts nearest to ``text``, best first.
+
+        Equal scores keep pool order among the candidates considered (the best ``8k + 16``, then
+        all); which of several texts tied at that cut is considered is fixed for a given pool.
+        """
         if k <= 0 or not self._size:
             return []
         scores = self.scores(text)
@@ -68,7 +72,7 @@ class Selector:
         width = min(self._size, 8 * k + 16)
         for order in (self._best(scores, w) for w in (width, self._size)):
             for index in order:
-                if index in exclude or index in chosen:
+                if index in chosen:
                     continue
                 if diverse and any(self._near(index, other) for other in chosen):
                     continue

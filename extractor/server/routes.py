@@ -86,9 +86,7 @@ def _task_out(task: Task) -> TaskOut:
         ],
         examples=len(task.examples),
         pool=len(task.pool) if task.pool is not None else 0,
-        examples_per_request=task.settings.examples_from_pool.k  # type: ignore[union-attr]
-        if task.uses_pool
-        else len(task.examples),
+        examples_per_request=task.examples_per_request,
         warnings=list(task.warnings),
     )
 
