@@ -90,3 +90,18 @@ def test_engine_logs_never_reach_stdout(capfd: pytest.CaptureFixture[str]) -> No
     out, err = capfd.readouterr()
     assert out == '{"ok": true}\n'
     assert "INFO vllm log line" in err
+
+
+def test_boolean_settings_read_true_false_and_name_bad_values(capsys: pytest.CaptureFixture[str]) -> None:
+    from extractor.config import Settings
+    from extractor.errors import ConfigError
+
+    assert Settings.from_env({"EXTRACTOR_GROUNDED_CLAUSES": "off"}).grounded_clauses is False
+    assert Settings.from_env({"EXTRACTOR_GROUNDED_CLAUSES": "Yes"}).grounded_clauses is True
+    with pytest.raises(ConfigError, match="EXTRACTOR_GROUNDED_CLAUSES: expected true or false, got 'maybe'"):
+        Settings.from_env({"EXTRACTOR_GROUNDED_CLAUSES": "maybe"})
+    with pytest.raises(ConfigError, match="EXTRACTOR_GROUNDED_MAX_WORDS: must be >= 1"):
+        Settings.from_env({"EXTRACTOR_GROUNDED_MAX_WORDS": "0"})
+    with pytest.raises(SystemExit):
+        main(["tasks", "--grounded-clauses", "maybe"])
+    assert "EXTRACTOR_GROUNDED_CLAUSES: expected true or false" in capsys.readouterr().err

@@ -217,3 +217,10 @@ async def test_a_grammar_dead_end_switches_the_next_attempts_to_the_enum(
     assert result.grounded_decoding == "enum" and len(result.attempts) == 2
     assert "the substring grammar ended attempt 1 early" in result.notes[0]
     assert result.data["country"] == "西班牙"
+
+
+def test_a_request_carries_a_schema_or_a_grammar_never_both() -> None:
+    from extractor.engines.base import GenerationRequest
+
+    with pytest.raises(ValueError, match="a JSON Schema or a grammar, not both"):
+        GenerationRequest(messages=[], json_schema={"type": "object"}, grammar="start: x")
