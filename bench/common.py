@@ -18,7 +18,9 @@ from extractor.gold import GoldItem, load_gold, select, task_map
 from extractor.prompting import render
 
 ROOT = Path(__file__).resolve().parent.parent
-GOLD = ROOT.parent / "shared" / "eval" / "snips" / "dev.jsonl"  # shared/ is the repo's sibling
+# SNIPS: shared/ is the repo's sibling; BENCH_SNIPS_DIR points elsewhere (the GPU host: /tmp/stage)
+SNIPS = Path(os.environ.get("BENCH_SNIPS_DIR") or ROOT.parent / "shared" / "eval" / "snips")
+GOLD = SNIPS / "dev.jsonl"
 RESULTS = ROOT / "bench" / "results"
 
 
@@ -112,10 +114,10 @@ def request(
 
 
 async def generate_all(
-    engine: Engine, requests: Sequence[GenerationRequest], *, concurrency: int = CONCURRENCY
+    engine: Engine, requests: Sequence[GenerationRequest], *, concurrency: int | None = None
 ) -> tuple[list[Generation], float]:
-    """Generate every request, ``concurrency`` at once; return the generations and the seconds."""
-    gate = asyncio.Semaphore(concurrency)
+    """Generate every request, ``concurrency`` (default ``CONCURRENCY``) at once; the generations and the seconds."""
+    gate = asyncio.Semaphore(concurrency or CONCURRENCY)
 
     async def one(r: GenerationRequest) -> Generation:
         async with gate:

@@ -33,11 +33,12 @@ SEED_TRIES = 3
 
 
 async def extractor_batches(
-    extractor: Extractor, items: Sequence[GoldItem], *, grounded: bool | None = None
+    extractor: Extractor, items: Sequence[GoldItem], *, grounded: bool | None = None, max_attempts: int | None = None
 ) -> dict[str, Any]:
     """Run ``extractor batch`` once per task, one after another, as a user would.
 
-    ``grounded``: the batch's grounded-decoding option (None: each task's setting, as shipped).
+    ``grounded``: the batch's grounded-decoding option (None: each task's setting, as shipped);
+    ``max_attempts``: None for the settings' (3).
     """
     totals = {"docs": 0, "ok": 0, "attempts": 0, "completion_tokens": 0, "seconds": 0.0}
     with tempfile.TemporaryDirectory() as folder:
@@ -52,6 +53,7 @@ async def extractor_batches(
                 concurrency=common.CONCURRENCY,
                 temperature=common.TEMPERATURE,
                 grounded_decoding=grounded,
+                max_attempts=max_attempts,
             )
             summary = await run_batch(extractor, config)
             totals["docs"] += summary.rows

@@ -23,11 +23,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from bench.common import GOLD
 from extractor import Extractor, Settings
 from extractor.evaluation import Prediction, evaluate
 from extractor.gold import GoldItem, load_gold, select, task_map
 
-DEV = Path(__file__).resolve().parents[2] / "shared" / "eval" / "snips" / "dev.jsonl"
+DEV = GOLD
 OUT = Path(__file__).resolve().parent / "results" / "grounded_decoding.md"
 RUNS: list[tuple[str, dict[str, Any]]] = [
     ("post-hoc, flag", {"grounding": "flag", "grounded_decoding": False}),

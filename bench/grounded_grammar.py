@@ -23,12 +23,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS, ROOT, machine
+from bench.common import RESULTS, SNIPS, machine
 from extractor import Extractor, Settings
 from extractor.constraints import substring
 from extractor.grounded_decoding import enum_constrain, extractive_nodes
 
-POOL = ROOT.parent / "shared" / "eval" / "snips" / "pool.jsonl"
+POOL = SNIPS / "pool.jsonl"
 TASK = "snips_get_weather"
 LENGTHS = (20, 170, 300, 1000, 5000)
 DOCS = {20: 48, 170: 32, 300: 24, 1000: 8, 5000: 3}
@@ -48,7 +48,7 @@ def texts(words: int, count: int) -> list[str]:
     return made
 
 
-def compile_ms(extractor: Extractor) -> list[dict[str, Any]]:
+def compile_ms(extractor: Extractor, lengths: tuple[int, ...] = LENGTHS) -> list[dict[str, Any]]:
     import llguidance
     import llguidance.hf
 
@@ -56,7 +56,7 @@ def compile_ms(extractor: Extractor) -> list[dict[str, Any]]:
     task = extractor.task(TASK)
     targets = extractive_nodes(task.schema, everywhere=True)
     rows = []
-    for words in LENGTHS:
+    for words in lengths:
         text = texts(words, 1)[0]
 
         def timed(grammar: Any) -> float:
@@ -82,13 +82,14 @@ def compile_ms(extractor: Extractor) -> list[dict[str, Any]]:
     return rows
 
 
-async def throughput(extractor: Extractor) -> list[dict[str, Any]]:
+async def throughput(extractor: Extractor, docs: dict[int, int] | None = None) -> list[dict[str, Any]]:
+    """Docs/s with grounded decoding on and off, for each length in ``docs`` (words -> documents)."""
     rows = []
-    for words in LENGTHS:
+    for words, count in (docs or DOCS).items():
         # Different texts for each side: vLLM's prefix cache would hand the second side the first
         # side's prefill of the same texts for free (most of the time at 1,000+ words on a CPU).
-        both = texts(words, 2 * DOCS[words] + 2)
-        row: dict[str, Any] = {"words": words, "docs": DOCS[words]}
+        both = texts(words, 2 * count + 2)
+        row: dict[str, Any] = {"words": words, "docs": count}
         for grounded in (True, False):
             side = both[0::2] if grounded else both[1::2]
             warm, batch = side[0], side[1:]

@@ -9,10 +9,10 @@ import json
 import statistics
 import time
 
-from bench.common import GOLD, ROOT, write_table
+from bench.common import GOLD, SNIPS, write_table
 from extractor.examples.selection import Selector
 
-POOL = ROOT.parent / "shared" / "eval" / "snips" / "pool.jsonl"
+POOL = SNIPS / "pool.jsonl"
 
 
 def main() -> None:

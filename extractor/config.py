@@ -45,6 +45,9 @@ class Settings:
     gpu_memory_utilization: float = 0.5
     tensor_parallel_size: int = 1
     quantization: str | None = None
+    # vLLM's load format: "auto" reads the weights; "dummy" gives random weights of the model's config
+    # (benchmarks of a model size whose weights are not at hand; what it generates is noise)
+    load_format: str = "auto"
     max_num_seqs: int = 64
     # KV-cache block size in tokens (None: vLLM's default, 128 on CPU). Prefix caching reuses whole
     # blocks only, so smaller blocks keep more of a shared instruction cached (see README).

