@@ -38,6 +38,8 @@ class Extractor:
     ) -> None:
         self.settings = settings or Settings.from_env()
         self.catalog = catalog or Catalog.load(self.settings.tasks_dir, backend=self.settings.grammar_backend)
+        if self.settings.max_lora_rank == 0:
+            self.settings = _lora_settings(self.settings, self.catalog)
         self._engine = engine
         self._started = False
         self._lock = threading.Lock()
@@ -220,3 +222,14 @@ def extract(task: str, text: str, **options: Any) -> Any:
 async def aextract(task: str, text: str, **options: Any) -> Any:
     """Async :func:`extract`."""
     return await default_extractor().aextract(task, text, **options)
+
+
+def _lora_settings(settings: Settings, catalog: Catalog) -> Settings:
+    """LoRA on, sized to the catalog's adapters, when any task has one (LoRA off otherwise)."""
+    from extractor.training.manifest import adapter_rank
+
+    adapters = {catalog.get(n).adapter for n in catalog.names()} - {None}
+    if not adapters:
+        return settings
+    rank = max(adapter_rank(a) for a in adapters if a is not None)
+    return settings.with_(max_lora_rank=rank or 16, max_loras=max(settings.max_loras, len(adapters)))

@@ -345,6 +345,69 @@ def _cmd_examples(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_train(args: argparse.Namespace) -> int:
+    from extractor.examples.pool import summarize
+    from extractor.models import resolve_model_dir
+    from extractor.tasks import Catalog
+    from extractor.training import data, manifest, trainer
+
+    settings = _settings(args)
+    catalog = Catalog.load(settings.tasks_dir, backend=settings.grammar_backend)
+    tasks = [catalog.get(name) for name in args.tasks]
+    if args.out is None and len(tasks) > 1:
+        raise ExtractorError("several tasks train one adapter: say where with --out")
+    out = Path(args.out) if args.out else settings.tasks_dir / "adapters" / tasks[0].name
+    exclude = _gold_texts([Path(p) for p in args.exclude])
+    kept: list[data.Sample] = []
+    for task in tasks:
+        found, refused = data.samples(task, exclude=exclude)
+        if refused:
+            print(f"{task.name}: {len(refused)} line(s) refused:", file=sys.stderr)
+            for line in summarize([str(r) for r in refused]):
+                print(f"  {line}", file=sys.stderr)
+        kept += found[: args.limit] if args.limit else found
+    train_set, held_out = data.split(kept, held_out=args.held_out, seed=args.seed)
+    config = trainer.TrainConfig(
+        epochs=args.epochs,
+        rank=args.rank,
+        alpha=2 * args.rank,
+        learning_rate=args.learning_rate,
+        batch_size=args.batch_size,
+        seed=args.seed,
+    )
+    model_dir = resolve_model_dir(settings)
+    print(
+        f"train: {len(train_set)} samples ({len(held_out)} held out) from {', '.join(args.tasks)} -> {out}",
+        file=sys.stderr,
+    )
+    report = trainer.train(model_dir, train_set, held_out, out, config, resume=args.resume)
+    written = manifest.write(
+        out,
+        model_dir=model_dir,
+        tasks=tasks,
+        data_hash=data.digest(train_set),
+        config=vars(config) | {"samples": len(train_set), "held_out": len(held_out)},
+        metrics=report.as_dict(),
+    )
+    _print_json({"adapter": str(out), **written["metrics"]})
+    return 0
+
+
+def _gold_texts(paths: list[Path]) -> set[str]:
+    """The texts of gold files (``{"text": ...}`` per line) that training must not see."""
+    texts: set[str] = set()
+    for path in paths:
+        with path.open(encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    texts.add(str(json.loads(line)["text"]).strip())
+                except (ValueError, KeyError, TypeError):
+                    raise ExtractorError(f"{path}:{number}: not a gold line with a 'text'") from None
+    return texts
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and docs)."""
     parser = argparse.ArgumentParser(prog="extractor", description="Structured extraction on vLLM.")
@@ -427,6 +490,27 @@ def build_parser() -> argparse.ArgumentParser:
     importer.add_argument("--out", help="write the pool here (default: <tasks-dir>/examples/<task>.jsonl)")
     _add_settings(importer)
     importer.set_defaults(handler=_cmd_examples)
+
+    train = commands.add_parser("train", help="train a LoRA adapter on tasks' example pools (adapters/<task>/)")
+    train.add_argument("tasks", nargs="+", metavar="TASK")
+    train.add_argument("--epochs", type=float, default=2.0, help="passes over the samples (default 2)")
+    train.add_argument("--rank", type=int, default=8, help="LoRA rank (default 8; alpha is twice it)")
+    train.add_argument("--limit", type=int, help="at most this many pool lines per task")
+    train.add_argument("--out", help="adapter folder (default: <tasks-dir>/adapters/<task>)")
+    train.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="GOLD.jsonl",
+        help="never train on this gold file's texts (repeatable; pass the file `eval` scores)",
+    )
+    train.add_argument("--held-out", type=float, default=0.05, help="share of samples kept for validation loss")
+    train.add_argument("--batch-size", type=int, default=8)
+    train.add_argument("--learning-rate", type=float, default=2e-4)
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--resume", action="store_true", help="go on from <out>/checkpoint")
+    _add_settings(train)
+    train.set_defaults(handler=_cmd_train)
 
     serve = commands.add_parser("serve", help="run the HTTP service")
     _add_settings(serve, serve=True)

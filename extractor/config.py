@@ -53,6 +53,9 @@ class Settings:
     # blocks only, so smaller blocks keep more of a shared instruction cached (see README).
     block_size: int | None = None
     grammar_backend: GrammarBackend = "guidance"
+    # LoRA adapters (``extractor train``): 0 derives the rank from the catalog's adapters (LoRA off without any)
+    max_lora_rank: int = 0
+    max_loras: int = 8
     kv_cache_space_gib: int = 4
     # grounded decoding: substring grammars up to this many words; each value within one clause
     grounded_max_words: int = 5000

@@ -169,6 +169,7 @@ async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk:
             grammar=grammar,
             temperature=p.temperature,
             max_tokens=p.max_tokens,
+            adapter=str(task.adapter) if task.adapter is not None else None,
         )
         t0 = time.perf_counter()
         generation = await engine.generate(request)

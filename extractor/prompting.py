@@ -101,7 +101,9 @@ def _turns(task: Task, examples: Sequence[Example]) -> list[Message]:
 def render(task: Task, text: str, *, feedback: Sequence[str] = (), previous: str | None = None) -> list[Message]:
     """The full chat for one attempt: system (+ instruction), worked examples, then the request."""
     messages: list[Message] = [{"role": "system", "content": _system(task)}]
-    if task.uses_pool:
+    if task.adapter is not None and not task.settings.adapter_examples:
+        pass  # the adapter learned the task from its pool, and was trained on prompts without examples
+    elif task.uses_pool:
         messages += _turns(task, examples_for(task, text))
     else:
         messages += [m.copy() for m in _fixed_turns(task)]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,6 +40,9 @@ _SETTINGS_SCHEMA: dict[str, Any] = {
         "system": {"type": "string"},
         "allow_unenforced": {"type": "boolean"},
         "grounded_decoding": {"type": "boolean"},
+        # a LoRA adapter: a folder under the catalog root, false for none (default: adapters/<task>/ if there)
+        "adapter": {"type": ["string", "boolean"], "minLength": 1},
+        "adapter_examples": {"type": "boolean"},  # show worked examples to the adapter too (default: no)
         "examples_from_pool": {  # true/false, or how many and how chosen
             "type": ["boolean", "object"],
             "additionalProperties": False,
@@ -103,6 +106,8 @@ class TaskSettings:
     chunking: ChunkSettings | None = None
     # How examples are drawn from the task's pool (None: the fixed examples only).
     examples_from_pool: PoolSettings | None = field(default_factory=PoolSettings)
+    adapter: str | bool = True
+    adapter_examples: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -127,6 +132,8 @@ class Task:
     # The template renders only the instruction (it does not use ``text``): the instruction goes
     # in the system turn, identical for every request, and examples are compact demonstrations.
     instruction_only: bool = False
+    # A LoRA adapter trained for this task (``extractor train``): its requests go through it.
+    adapter: Path | None = None
 
     @property
     def uses_pool(self) -> bool:
@@ -167,7 +174,7 @@ class Catalog:
             return catalog
         for path in sorted(schema_dir.glob("*.json")):
             try:
-                task = load_task(path, root / "prompts", backend=backend, example_dir=root / "examples")
+                task = load_task(path, root / "prompts", backend=backend, example_dir=root / "examples", root=root)
             except TaskError as error:
                 catalog.errors.append(error)
             else:
@@ -186,11 +193,17 @@ class Catalog:
 
 
 def load_task(
-    schema_path: Path, prompt_dir: Path, *, backend: GrammarBackend = "guidance", example_dir: Path | None = None
+    schema_path: Path,
+    prompt_dir: Path,
+    *,
+    backend: GrammarBackend = "guidance",
+    example_dir: Path | None = None,
+    root: Path | None = None,
 ) -> Task:
     """Load and check one task; raise :class:`TaskError` naming the file and pointer.
 
     ``example_dir`` holds the optional pool ``<task>.jsonl``; its bad lines become warnings.
+    ``root`` (the catalog's) holds adapters: ``adapters/<task>/`` or the ``adapter`` setting's folder.
     """
     name = schema_path.stem
     where = str(schema_path)
@@ -233,7 +246,28 @@ def load_task(
         instruction_only=instruction_only,
     )
     _check_renders(task)
+    if root is not None:
+        task = _with_adapter(where, task, root)
     return task
+
+
+def _with_adapter(where: str, task: Task, root: Path) -> Task:
+    """The task with its adapter, checked against the task as it is now (:class:`TaskError` if stale)."""
+    from extractor.training.manifest import MANIFEST, AdapterError, check_task
+
+    setting = task.settings.adapter
+    if setting is False:
+        return task
+    folder = root / setting if isinstance(setting, str) else root / "adapters" / task.name
+    if not (folder / MANIFEST).is_file():
+        if isinstance(setting, str):
+            raise TaskError(where, f"#/{SETTINGS_KEY}/adapter", f"{folder}: no adapter there (no {MANIFEST})")
+        return task
+    try:
+        check_task(folder, task)
+    except AdapterError as error:
+        raise TaskError(where, f"#/{SETTINGS_KEY}/adapter", str(error)) from None
+    return replace(task, adapter=folder)
 
 
 def _read_schema(path: Path) -> dict[str, Any]:

@@ -120,7 +120,8 @@ def test_every_answer_the_grammar_allows_is_valid_and_grounded(name: str, catalo
         for pointer, value in strings_at(data):
             if pointer.endswith("/note") or (name == "nested" and pointer.endswith("/role")):
                 continue  # not grounded: x-grounded false, an enum
-            assert value.strip() == value and any(c.isalnum() for c in value), (pointer, value)
+            assert value.strip() == value, (pointer, value)
+            assert value[0] not in ",.;:!?)]}。，、；：！？）" and value[-1] not in "([{,;:（，、；：", (pointer, value)
             assert any(value in piece for piece in pieces), (pointer, value)  # within one clause
     assert done >= 10
 
@@ -144,6 +145,23 @@ def test_a_value_cannot_run_across_clause_punctuation(catalog: Catalog, tokenize
     matcher = llguidance.LLMatcher(lt, llguidance.grammar_from("lark", whole))
     tokens = hf.encode(across, add_special_tokens=False)
     assert matcher.try_consume_tokens(tokens) == len(tokens) and matcher.is_accepting()
+
+
+def test_a_value_does_not_start_with_closing_or_end_with_opening_punctuation(catalog: Catalog, tokenizer: Any) -> None:
+    hf, lt = tokenizer
+    task = catalog.get("landmark_slots")
+    text = "the Alhambra (Granada) is a palace, in Spain?"
+    lark = translate(task.schema, text, extractive_nodes(task.schema, everywhere=True), clauses_only=False).lark
+
+    def accepts(name: str) -> bool:
+        answer = json.dumps({"name": name, "country": None, "city": None, "category": None, "period": None})
+        matcher = llguidance.LLMatcher(lt, llguidance.grammar_from("lark", lark))
+        tokens = hf.encode(answer.replace(", ", ",").replace(": ", ":"), add_special_tokens=False)
+        return bool(matcher.try_consume_tokens(tokens) == len(tokens) and matcher.is_accepting())
+
+    assert accepts("the Alhambra") and accepts("Alhambra (Granada)") and accepts("(Granada)")
+    for junk in ("?", ", in Spain", "Alhambra (", "palace,", ") is a palace", " Spain"):
+        assert not accepts(junk), junk
 
 
 def test_constructs_the_grammar_does_not_spell_out_are_named() -> None:

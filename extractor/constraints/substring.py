@@ -38,10 +38,12 @@ from extractor.grounding import _resolve, split_unspaced
 
 # One JSON string character as written: an escape or a character that needs none.
 _JSON_CHAR = r'(\\["\\\/bfnrt]|\\u[0-9a-fA-F]{4}|[^"\\\x00-\x1f])'
-# A value neither starts nor ends with whitespace (or an escape), and holds a letter or digit:
-# the rule the enum of spans followed (no "?" or " Paris" as a value).
-_TRIMMED = r"/[^\s\\](.*[^\s\\])?/"
-_WORDY = r"/.*[\p{L}\p{N}].*/"
+# A value neither starts nor ends with whitespace (or an escape), does not start with closing or
+# clause punctuation, and does not end with opening punctuation or a comma: no " Paris", "?", ", in"
+# or "Oslo (" as a value. One regex on the first and last character: a "holds a letter or digit"
+# intersection said more but doubled the grammar's compile time and its per-token mask cost
+# (`bench/grammar_mask.py`).
+_TRIMMED = r"/[^\s\\,.;:!?)\]}。，、；：！？）」』】](.*[^\s\\(\[{,;:（「『【，、；：])?/"
 _CHUNK = re.compile(r"\s+|\w+|.", re.S)
 _CLAUSE_END = re.compile(r"[，。；：！？;!?]+|\.(?=\s)")
 # Keywords that describe a node without constraining it: ignored by the translation.
@@ -129,7 +131,7 @@ class _Translator:
             lines.append(f"TEXT: {self.substring()}")
             for (low, high), name in self.terminals.items():
                 bound = f"{{{low},{high}}}" if high is not None else f"{{{low},}}"
-                lines.append(f"{name}: TEXT & /{_JSON_CHAR}{bound}/ & {_TRIMMED} & {_WORDY}")
+                lines.append(f"{name}: TEXT & /{_JSON_CHAR}{bound}/ & {_TRIMMED}")
         return Grammar("\n".join(lines) + "\n", tuple(sorted(set(self.fields))), tuple(sorted(set(self.posthoc))))
 
     def substring(self) -> str:

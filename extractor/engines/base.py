@@ -29,6 +29,8 @@ class GenerationRequest:
     temperature: float = 0.1
     max_tokens: int = 256
     stop: Sequence[str] = field(default_factory=tuple)
+    # A LoRA adapter folder (``extractor train``) to generate with; None: the base model.
+    adapter: str | None = None
 
     def __post_init__(self) -> None:
         if self.json_schema is not None and self.grammar is not None:

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import PurePath
 from typing import Any
 
 import httpx
@@ -50,9 +51,13 @@ class _Retry(Exception):  # noqa: N818 - control flow inside this module, never 
 
 
 def chat_payload(request: GenerationRequest, *, model: str, stream: bool = False) -> dict[str, Any]:
-    """The chat-completions body for one request (pure)."""
+    """The chat-completions body for one request (pure).
+
+    With an adapter the model is the adapter's folder name: serve it with
+    ``vllm serve BASE --enable-lora --lora-modules NAME=FOLDER``.
+    """
     body: dict[str, Any] = {
-        "model": model,
+        "model": PurePath(request.adapter).name if request.adapter is not None else model,
         "messages": [dict(m) for m in request.messages],
         "temperature": request.temperature,
         "max_tokens": request.max_tokens,

@@ -42,6 +42,11 @@ def has_cuda() -> bool:
         return False
 
 
+def _lora_rank(rank: int) -> Any:
+    """VLLM takes only some ranks (1, 8, 16, 32, 64, ...): the smallest of them that holds ``rank``."""
+    return next((r for r in (1, 8, 16, 32, 64, 128, 256, 320, 512) if r >= rank), 512)
+
+
 class VLLMEngine:
     """vLLM in this process, decoding constrained by the request's JSON Schema."""
 
@@ -52,6 +57,7 @@ class VLLMEngine:
         self._tokenizer: Any = None
         self._loop: LoopThread | None = None
         self._start_lock = threading.Lock()
+        self._adapters: dict[str, Any] = {}  # adapter folder -> its LoRARequest (checked once)
 
     @property
     def model_name(self) -> str:
@@ -112,6 +118,10 @@ class VLLMEngine:
             structured_outputs_config=StructuredOutputsConfig(backend=s.grammar_backend, disable_any_whitespace=True),
             disable_log_stats=True,
             enable_prefix_caching=True,
+            # LoRA only when the catalog holds adapters: on CPU it turns torch.compile off (slower decoding)
+            enable_lora=s.max_lora_rank > 0,
+            max_lora_rank=_lora_rank(s.max_lora_rank),
+            max_loras=s.max_loras,
         )
 
     async def _build(self) -> Any:
@@ -162,13 +172,35 @@ class VLLMEngine:
             structured_outputs=structured,
         )
 
+    def _lora(self, request: GenerationRequest) -> Any:
+        """The request's ``LoRARequest`` (None: the base model); the adapter is checked on first use."""
+        if request.adapter is None:
+            return None
+        found = self._adapters.get(request.adapter)
+        if found is not None:
+            return found
+        if self._settings.max_lora_rank <= 0:
+            raise EngineError(
+                f"{request.adapter}: the engine was started without LoRA; set EXTRACTOR_MAX_LORA_RANK "
+                "to the adapter's rank (an Extractor sets it itself when its catalog holds adapters)"
+            )
+        from vllm.lora.request import LoRARequest
+
+        from extractor.training.manifest import check_model
+
+        folder = Path(request.adapter)
+        check_model(folder, self._model_dir)
+        found = LoRARequest(folder.name, len(self._adapters) + 1, str(folder))
+        self._adapters[request.adapter] = found
+        return found
+
     async def generate(self, request: GenerationRequest) -> Generation:
         prompt = self.render_prompt(request.messages)
-        return await self._submit(self._generate(prompt, self._sampling(request)))
+        return await self._submit(self._generate(prompt, self._sampling(request), self._lora(request)))
 
-    async def _generate(self, prompt: str, params: Any) -> Generation:
+    async def _generate(self, prompt: str, params: Any, lora: Any = None) -> Generation:
         final: Any = None
-        async for output in self._llm.generate(prompt, params, request_id=f"ex-{next(_ids)}"):
+        async for output in self._llm.generate(prompt, params, request_id=f"ex-{next(_ids)}", lora_request=lora):
             final = output
         if final is None or not final.outputs:
             raise EngineError("vLLM returned no output")
@@ -182,10 +214,10 @@ class VLLMEngine:
 
     async def stream(self, request: GenerationRequest) -> AsyncGenerator[str, None]:
         """Yield the cumulative text as it grows; closing the iterator aborts the request."""
-        prompt, params = self.render_prompt(request.messages), self._sampling(request)
+        prompt, params, lora = self.render_prompt(request.messages), self._sampling(request), self._lora(request)
 
         async def texts() -> AsyncIterator[str]:
-            async for output in self._llm.generate(prompt, params, request_id=f"ex-{next(_ids)}"):
+            async for output in self._llm.generate(prompt, params, request_id=f"ex-{next(_ids)}", lora_request=lora):
                 yield output.outputs[0].text
 
         async for text in self._running().stream(texts):

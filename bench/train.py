@@ -1,0 +1,181 @@
+"""Task adapters on SNIPS: one LoRA adapter trained on the 7 tasks' pools, scored on all of dev.
+
+Trains in-process (`extractor.training`, as `extractor train` does) on the first ``--per-task``
+usable lines of each SNIPS pool, never on a dev text, into a copy of the catalog whose SNIPS tasks
+point at the adapter; then runs `extractor eval`'s code on the 700 dev lines with the adapter
+(no worked examples: the layout it was trained on) and with the adapter plus 3 retrieved
+examples. The base model with 3 retrieved examples (the shipped layout) is `quality_shipped.md`.
+
+    flock /tmp/extractor-engine.lock .venv/bin/python -m bench.train --per-task 300 --epochs 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import GOLD, RESULTS, ROOT, machine
+from extractor import Catalog, Extractor, Settings
+from extractor.evaluation import evaluate
+from extractor.gold import load_gold, task_map
+from extractor.models import resolve_model_dir
+from extractor.training import data, manifest, trainer
+
+ADAPTER = "adapters/snips"
+
+
+def catalog_copy(folder: Path) -> list[str]:
+    """The shipped SNIPS tasks (schemas, prompts, pools) copied into ``folder``; their names."""
+    names = sorted(p.stem for p in (ROOT / "schemas").glob("snips_*.json"))
+    for sub, suffix in (("schemas", ".json"), ("prompts", ".j2"), ("examples", ".jsonl")):
+        (folder / sub).mkdir(parents=True, exist_ok=True)
+        for name in names:
+            shutil.copy(ROOT / sub / f"{name}{suffix}", folder / sub / f"{name}{suffix}")
+    return names
+
+
+def point_at_adapter(folder: Path, names: list[str], *, examples: bool) -> None:
+    for name in names:
+        path = folder / "schemas" / f"{name}.json"
+        schema = json.loads(path.read_text(encoding="utf-8"))
+        schema.setdefault("x-extractor", {}).update({"adapter": ADAPTER, "adapter_examples": examples})
+        path.write_text(json.dumps(schema, ensure_ascii=False, indent=2), encoding="utf-8")
+
+
+def train(folder: Path, names: list[str], per_task: int, epochs: float) -> dict[str, Any]:
+    catalog = Catalog.load(folder)
+    dev_texts = {json.loads(line)["text"] for line in GOLD.read_text(encoding="utf-8").splitlines() if line.strip()}
+    kept: list[data.Sample] = []
+    refused = 0
+    for name in names:
+        found, bad = data.samples(catalog.get(name), exclude=dev_texts)
+        kept += found[:per_task]
+        refused += len(bad)
+    train_set, held_out = data.split(kept, held_out=0.05, seed=0)
+    config = trainer.TrainConfig(epochs=epochs)
+    model_dir = resolve_model_dir(Settings.from_env())
+    out = folder / ADAPTER
+    report = trainer.train(model_dir, train_set, held_out, out, config)
+    manifest.write(
+        out,
+        model_dir=model_dir,
+        tasks=[catalog.get(n) for n in names],
+        data_hash=data.digest(train_set),
+        config={"epochs": epochs, "rank": config.rank, "per_task": per_task},
+        metrics=report.as_dict(),
+    )
+    size = sum(p.stat().st_size for p in out.glob("adapter_model.*"))
+    return {
+        **report.as_dict(),
+        "samples": len(train_set),
+        "held_out": len(held_out),
+        "refused": refused,
+        "adapter_bytes": size,
+    }
+
+
+async def score(folder: Path, label: str) -> dict[str, Any]:
+    settings = Settings.from_env(kv_cache_space_gib=2, tasks_dir=folder)
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    extractor = Extractor(settings=settings)
+    items = load_gold(GOLD, task=None, known=extractor.catalog.names(), task_field="intent", mapping=task_map("snips"))
+    async with extractor:
+        await extractor.astart()
+        report, _ = await evaluate(extractor, items, concurrency=64)
+    row = {
+        k: report[k]
+        for k in (
+            "docs",
+            "f1",
+            "precision",
+            "recall",
+            "schema_valid_rate",
+            "ungrounded_rate",
+            "docs_per_s",
+            "prompt_tokens_per_doc",
+            "output_tokens_per_doc",
+            "mean_attempts",
+        )
+    }
+    row["variant"], row["per_task"] = label, {t: v["f1"] for t, v in report.get("per_task", {}).items()}
+    print(f"bench: {label}: {json.dumps({k: v for k, v in row.items() if k != 'per_task'})}", flush=True)
+    return row
+
+
+def markdown(training: dict[str, Any], rows: list[dict[str, Any]], args: argparse.Namespace, minutes: float) -> str:
+    m = machine()
+    rows_shipped = json.loads((RESULTS / "raw" / "quality_shipped.json").read_text(encoding="utf-8"))
+    shipped = next(r for r in rows_shipped if r["variant"] == "k3")
+    lines = [
+        "# Task adapters on SNIPS",
+        "",
+        f"{m['date']}, {m['cpu']}, {m['cores']} cores, vLLM {m.get('vllm', '?')}, default model "
+        f"(SmolLM2-135M-Instruct). One LoRA adapter (rank 8, all 7 projection modules, dropout 0, bf16 "
+        f"autocast) trained on the first {args.per_task} usable lines of each SNIPS pool "
+        f"({training['samples']} samples, {training['held_out']} held out), {args.epochs:g} epoch(s), never "
+        f"on a dev text; scored on all of dev with `extractor eval`'s code. "
+        f"`python -m bench.train --per-task {args.per_task} --epochs {args.epochs:g}`, {minutes:.0f} min.",
+        "",
+        "## Training",
+        "",
+        f"- {training['steps']} steps, {training['examples']} examples in {training['seconds'] / 60:.1f} min: "
+        f"**{training['examples_per_s']:.2f} examples/s** on 2 cores; peak RSS {training['peak_rss_mib']:,.0f} MiB",
+        f"- loss {training['first_loss']:.3f} (first step) → {training['train_loss']:.3f} (last 20 steps); "
+        f"held-out loss {training['val_loss']:.3f}",
+        f"- adapter: {training['adapter_bytes'] / 1e6:.1f} MB (`adapter_model.safetensors`, fp32)",
+        "",
+        "## Dev (700 lines)",
+        "",
+        "| variant | F1 | P | R | schema-valid | values not in text | prompt tok/doc | docs/s |",
+        "|---|---|---|---|---|---|---|---|",
+        f"| base model, 3 retrieved examples (shipped; `quality_shipped.md`) | {shipped['f1']:.3f} | "
+        f"{shipped['precision']:.3f} | {shipped['recall']:.3f} | {shipped['valid']:.1%} | "
+        f"{shipped['not_in_text']} | {shipped['prompt_tokens']:.0f} | {shipped['docs_per_s']:.2f} |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['variant']} | **{r['f1']:.3f}** | {r['precision']:.3f} | {r['recall']:.3f} | "
+            f"{r['schema_valid_rate']:.1%} | {r['ungrounded_rate'] or 0:.1%} | {r['prompt_tokens_per_doc']:.0f} | "
+            f"{r['docs_per_s']:.2f} |"
+        )
+    tasks = sorted({t for r in rows for t in r["per_task"]})
+    lines += ["", "Per-intent F1:", "", "| variant | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
+    for r in rows:
+        lines.append(f"| {r['variant']} | " + " | ".join(f"{r['per_task'].get(t, 0):.3f}" for t in tasks) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--per-task", type=int, default=300)
+    parser.add_argument("--epochs", type=float, default=1.0)
+    parser.add_argument("--out", type=Path, default=RESULTS / "train.md")
+    parser.add_argument("--keep", type=Path, help="copy the trained adapter here")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        names = catalog_copy(folder)
+        training = train(folder, names, args.per_task, args.epochs)
+        print(f"bench: training {json.dumps(training)}", flush=True)
+        if args.keep:
+            shutil.copytree(folder / ADAPTER, args.keep, dirs_exist_ok=True)
+        rows = []
+        for label, examples in (("adapter, no examples", False), ("adapter + 3 retrieved examples", True)):
+            point_at_adapter(folder, names, examples=examples)
+            rows.append(asyncio.run(score(folder, label)))
+    text = markdown(training, rows, args, (time.perf_counter() - started) / 60)
+    args.out.write_text(text, encoding="utf-8")
+    (RESULTS / "raw" / "train.json").write_text(json.dumps({"training": training, "rows": rows}, indent=1), "utf-8")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""The training set of a task adapter: the task's pool, rendered as the pipeline renders a request. Pure.
+
+Each line of ``examples/<task>.jsonl`` becomes one chat (the pipeline's own :func:`~extractor.prompting.render`,
+without worked examples: the adapter learns the task instead of reading it) and one answer
+(compact JSON, as the engine writes it). A line is refused, with its number and why, when its
+output fails the task's schema or its grounded strings are not in its text (the pool's own
+check), or when its text is one of the evaluation's texts (``exclude``): an adapter never
+trains on what ``extractor eval`` scores.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from extractor.engines.base import Message
+from extractor.examples.pool import check_line
+from extractor.prompting import compact_json, render
+from extractor.tasks import Task
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One training chat: the request as the pipeline renders it, and the answer to learn."""
+
+    task: str
+    line: int
+    messages: tuple[Message, ...]
+    answer: str
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A pool line left out of training, and why."""
+
+    task: str
+    path: Path
+    line: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.reason}"
+
+
+def bare(task: Task) -> Task:
+    """The task as its adapter sees it: no worked examples (neither fixed nor from the pool)."""
+    return replace(task, examples=(), pool=None, settings=replace(task.settings, examples_from_pool=None))
+
+
+def samples(task: Task, *, exclude: Collection[str] = ()) -> tuple[list[Sample], list[Refusal]]:
+    """Every usable line of the task's pool as a :class:`Sample`, and every refused line."""
+    path = task.schema_path.parent.parent / "examples" / f"{task.name}.jsonl"
+    if not path.is_file():
+        return [], [Refusal(task.name, path, 0, "no example pool: training needs examples/<task>.jsonl")]
+    excluded = {t.strip() for t in exclude}
+    shown = bare(task)
+    kept: list[Sample] = []
+    refused: list[Refusal] = []
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if not raw.strip():
+                continue
+            try:
+                example = check_line(raw, validator=task.validator, ungrounded=task.ungrounded)
+            except ValueError as error:
+                refused.append(Refusal(task.name, path, number, str(error)))
+                continue
+            if example.text.strip() in excluded:
+                refused.append(Refusal(task.name, path, number, "the text is in the evaluation's gold file"))
+                continue
+            messages = tuple(render(shown, example.text))
+            kept.append(Sample(task.name, number, messages, compact_json(example.output)))
+    return kept, refused
+
+
+def split(items: Sequence[Sample], *, held_out: float, seed: int) -> tuple[list[Sample], list[Sample]]:
+    """A deterministic shuffle, then the last ``held_out`` share (at least one when there are 10+) apart."""
+    order = list(items)
+    random.Random(seed).shuffle(order)
+    n = round(len(order) * held_out)
+    n = max(n, 1) if held_out > 0 and len(order) >= 10 else n
+    return order[: len(order) - n], order[len(order) - n :]
+
+
+def digest(items: Sequence[Sample]) -> str:
+    """SHA-256 of the training chats and answers, in order: the manifest's data hash."""
+    h = hashlib.sha256()
+    for s in items:
+        h.update(json.dumps([s.task, list(s.messages), s.answer], ensure_ascii=False).encode())
+    return h.hexdigest()

@@ -1,0 +1,129 @@
+"""An adapter's manifest (``extractor-adapter.json``): what it was trained for, checked before it serves.
+
+An adapter is only right for the base model it was trained on and for the prompt it learned:
+the manifest records a fingerprint of each, and :func:`check` refuses an adapter whose base
+model or task template (prompt file, schema, system prompt) changed since, naming what and how
+to fix it (train again, or point the task at the right adapter).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from extractor.errors import ConfigError
+from extractor.tasks import Task
+
+MANIFEST = "extractor-adapter.json"
+FORMAT = 1
+_EDGE = 1 << 20  # bytes read from each end of a weight file for its fingerprint
+
+
+class AdapterError(ConfigError):
+    """An adapter that does not fit the model or the task it is asked to serve."""
+
+
+def model_fingerprint(model_dir: Path) -> str:
+    """SHA-256 over the model's config and, per weight file, its size and first and last MiB."""
+    h = hashlib.sha256((model_dir / "config.json").read_bytes())
+    for path in sorted(model_dir.glob("*.safetensors")) + sorted(model_dir.glob("*.bin")):
+        size = path.stat().st_size
+        h.update(f"{path.name}:{size}".encode())
+        with path.open("rb") as handle:
+            h.update(handle.read(_EDGE))
+            handle.seek(max(0, size - _EDGE))
+            h.update(handle.read(_EDGE))
+    return h.hexdigest()
+
+
+def template_fingerprint(task: Task) -> str:
+    """SHA-256 of what shapes the task's prompt and answer: prompt file, schema, system prompt.
+
+    The schema's ``x-extractor`` block is left out but for ``system``: how many attempts, grounding
+    or whether the adapter also sees examples do not change what the adapter learned.
+    """
+    h = hashlib.sha256(task.prompt_path.read_bytes())
+    schema = {k: v for k, v in task.schema.items() if k != "x-extractor"}
+    h.update(json.dumps(schema, sort_keys=True, ensure_ascii=False).encode())
+    h.update((task.settings.system or "").encode())
+    return h.hexdigest()
+
+
+def write(
+    folder: Path,
+    *,
+    model_dir: Path,
+    tasks: Sequence[Task],
+    data_hash: str,
+    config: Mapping[str, Any],
+    metrics: Mapping[str, Any],
+) -> dict[str, Any]:
+    """Write ``folder``'s manifest: fingerprints of the base model and of each task, data hash, figures."""
+    manifest = {
+        "format": FORMAT,
+        "base_model": model_dir.name,
+        "base_model_sha256": model_fingerprint(model_dir),
+        "tasks": {t.name: {"template_sha256": template_fingerprint(t)} for t in tasks},
+        "data_sha256": data_hash,
+        "config": dict(config),
+        "metrics": dict(metrics),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    return manifest
+
+
+def read(folder: Path) -> dict[str, Any]:
+    """The adapter's manifest; :class:`AdapterError` when missing, unreadable or of another format."""
+    path = folder / MANIFEST
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise AdapterError(
+            f"{folder}: not an extractor adapter (no {MANIFEST}); train one with `extractor train`"
+        ) from None
+    except ValueError as error:
+        raise AdapterError(f"{path}: unreadable manifest: {error}") from None
+    if not isinstance(value, dict) or value.get("format") != FORMAT:
+        raise AdapterError(
+            f"{path}: manifest format {value.get('format') if isinstance(value, dict) else '?'}, "
+            f"expected {FORMAT}; train the adapter again"
+        )
+    return value
+
+
+def check_task(folder: Path, task: Task) -> dict[str, Any]:
+    """The manifest, if the adapter was trained for ``task`` as it is now; else :class:`AdapterError`."""
+    manifest = read(folder)
+    entry = manifest.get("tasks", {}).get(task.name)
+    if entry is None:
+        trained = ", ".join(sorted(manifest.get("tasks", {}))) or "none"
+        raise AdapterError(f"{folder}: trained for {trained}, not for task {task.name!r}")
+    if entry.get("template_sha256") != template_fingerprint(task):
+        raise AdapterError(
+            f"{folder}: trained on another version of task {task.name!r} (its prompt, schema or system "
+            f"prompt changed since); run `extractor train {task.name}` again"
+        )
+    return manifest
+
+
+def check_model(folder: Path, model_dir: Path) -> None:
+    """:class:`AdapterError` unless the adapter was trained on the model in ``model_dir``."""
+    manifest = read(folder)
+    if manifest.get("base_model_sha256") != model_fingerprint(model_dir):
+        raise AdapterError(
+            f"{folder}: trained on base model {manifest.get('base_model')!r}, not on the engine's "
+            f"{model_dir.name!r} ({model_dir}); serve it with that model or train it again on this one"
+        )
+
+
+def adapter_rank(folder: Path) -> int:
+    """The LoRA rank in the adapter's ``adapter_config.json`` (peft's), 0 when unreadable."""
+    try:
+        return int(json.loads((folder / "adapter_config.json").read_text(encoding="utf-8")).get("r", 0))
+    except (OSError, ValueError, TypeError):
+        return 0
