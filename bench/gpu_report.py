@@ -200,7 +200,7 @@ def markdown() -> str:
             "|---|---:|---:|---:|---:|---:|---:|",
             f"| H200 | {quality['docs']} | **{quality['f1']:.3f}** | {quality['precision']:.3f} | "
             f"{quality['recall']:.3f} | {quality['schema_valid_rate']:.0%} | {quality['docs_per_s']:.1f} |",
-            "| 2 CPU cores (README) | 694 | 0.616 | 0.648 | 0.587 | 100% | 6.19 |",
+            "| 2 CPU cores (same code as the H200 run) | 694 | 0.616 | 0.648 | 0.587 | 100% | 6.19 |",
             "",
             "Same pipeline, other hardware: F1 within 0.003 of the CPU figure (the default temperature, "
             "0.1, and other kernels make a few answers differ).",

@@ -24,7 +24,7 @@ from typing import Any
 from bench.common import GOLD, RESULTS, ROOT, machine
 from extractor import Catalog, Extractor, Settings
 from extractor.evaluation import evaluate
-from extractor.gold import load_gold, task_map
+from extractor.gold import load_gold, select, task_map
 from extractor.models import resolve_model_dir
 from extractor.training import data, manifest, trainer
 
@@ -81,11 +81,12 @@ def train(folder: Path, names: list[str], per_task: int, epochs: float) -> dict[
     }
 
 
-async def score(folder: Path, label: str) -> dict[str, Any]:
+async def score(folder: Path, label: str, per_intent: int | None) -> dict[str, Any]:
     settings = Settings.from_env(kv_cache_space_gib=2, tasks_dir=folder)
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     extractor = Extractor(settings=settings)
     items = load_gold(GOLD, task=None, known=extractor.catalog.names(), task_field="intent", mapping=task_map("snips"))
+    items = select(items, per_task=per_intent) if per_intent else items
     async with extractor:
         await extractor.astart()
         report, _ = await evaluate(extractor, items, concurrency=64)
@@ -131,7 +132,7 @@ def markdown(training: dict[str, Any], rows: list[dict[str, Any]], args: argpars
         f"held-out loss {training['val_loss']:.3f}",
         f"- adapter: {training['adapter_bytes'] / 1e6:.1f} MB (`adapter_model.safetensors`, fp32)",
         "",
-        "## Dev (700 lines)",
+        f"## Dev ({rows[0]['docs'] if rows else 0} lines)",
         "",
         "| variant | F1 | P | R | schema-valid | values not in text | prompt tok/doc | docs/s |",
         "|---|---|---|---|---|---|---|---|",
@@ -158,6 +159,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=float, default=1.0)
     parser.add_argument("--out", type=Path, default=RESULTS / "train.md")
     parser.add_argument("--keep", type=Path, help="copy the trained adapter here")
+    parser.add_argument("--eval-per-intent", type=int, help="score the first N dev lines per intent (default: all)")
     args = parser.parse_args()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -170,7 +172,7 @@ def main() -> None:
         rows = []
         for label, examples in (("adapter, no examples", False), ("adapter + 3 retrieved examples", True)):
             point_at_adapter(folder, names, examples=examples)
-            rows.append(asyncio.run(score(folder, label)))
+            rows.append(asyncio.run(score(folder, label, args.eval_per_intent)))
     text = markdown(training, rows, args, (time.perf_counter() - started) / 60)
     args.out.write_text(text, encoding="utf-8")
     (RESULTS / "raw" / "train.json").write_text(json.dumps({"training": training, "rows": rows}, indent=1), "utf-8")
