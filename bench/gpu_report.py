@@ -189,7 +189,7 @@ def markdown() -> str:
             f"{p2['seed']['schema_valid_rate']:.0%}; extractor (`aextract`, all at once) {ours_rate:.1f} docs/s, "
             f"schema-valid {p2['extractor']['schema_valid_rate']:.0%}: **{ours_rate / seed_rate:.0f}×**. Random "
             "weights never write JSON freely, so the seed's client always spends 3 tries of 256 tokens: the "
-            "ratio is larger than with a real model (on 2 CPU cores with the default model it is 10.97×).",
+            "ratio is larger than with a real model (on 2 CPU cores with the default model it is 11–12×).",
             "",
         ]
     if quality:
