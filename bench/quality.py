@@ -163,12 +163,17 @@ def markdown(rows: list[dict[str, Any]], items: int, command: str, elapsed: floa
             f"{r['valid']:.1%} | {r['not_in_text']}/{r['values']} | {r['prompt_tokens']:.0f} | "
             f"{r['output_tokens']:.1f} | {r['docs_per_s']:.2f} | {r['attempts']:.2f} |"
         )
+    return "\n".join([*lines, "", *per_intent_table(rows)]) + "\n"
+
+
+def per_intent_table(rows: list[dict[str, Any]]) -> list[str]:
+    """ "Per-intent F1:" and a table, a row per variant (``variant`` and ``per_task``: task -> F1)."""
     tasks = sorted({t for r in rows for t in r["per_task"]})
-    lines += ["", "Per-intent F1:", "", "| variant | " + " | ".join(t.removeprefix(SNIPS) for t in tasks) + " |"]
+    lines = ["Per-intent F1:", "", "| variant | " + " | ".join(t.removeprefix(SNIPS) for t in tasks) + " |"]
     lines.append("|---|" + "---|" * len(tasks))
     for r in rows:
         lines.append(f"| {r['variant']} | " + " | ".join(f"{r['per_task'].get(t, 0):.3f}" for t in tasks) + " |")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def main() -> None:

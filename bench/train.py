@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import GOLD, RESULTS, ROOT, machine
+from bench.quality import per_intent_table
 from extractor import Catalog, Extractor, Settings
 from extractor.evaluation import evaluate
 from extractor.gold import load_gold, select, task_map
@@ -53,7 +54,7 @@ def point_at_adapter(folder: Path, names: list[str], *, examples: bool, adapter:
 
 def train(folder: Path, names: list[str], per_task: int, epochs: float) -> dict[str, Any]:
     catalog = Catalog.load(folder)
-    dev_texts = {json.loads(line)["text"] for line in GOLD.read_text(encoding="utf-8").splitlines() if line.strip()}
+    dev_texts = data.gold_texts([GOLD])
     kept: list[data.Sample] = []
     refused = 0
     for name in names:
@@ -155,11 +156,7 @@ def markdown(training: dict[str, Any], rows: list[dict[str, Any]], args: argpars
             f"{r['schema_valid_rate']:.1%} | {r['ungrounded_rate'] or 0:.1%} | {r['prompt_tokens_per_doc']:.0f} | "
             f"{r['docs_per_s']:.2f} |"
         )
-    tasks = sorted({t for r in rows for t in r["per_task"]})
-    lines += ["", "Per-intent F1:", "", "| variant | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
-    for r in rows:
-        lines.append(f"| {r['variant']} | " + " | ".join(f"{r['per_task'].get(t, 0):.3f}" for t in tasks) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, "", *per_intent_table(rows)]) + "\n"
 
 
 def main() -> None:

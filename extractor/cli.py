@@ -357,7 +357,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.out is None and len(tasks) > 1:
         raise ExtractorError("several tasks train one adapter: say where with --out")
     out = Path(args.out) if args.out else settings.tasks_dir / "adapters" / tasks[0].name
-    exclude = _gold_texts([Path(p) for p in args.exclude])
+    exclude = data.gold_texts([Path(p) for p in args.exclude])
     kept: list[data.Sample] = []
     for task in tasks:
         found, refused = data.samples(task, exclude=exclude)
@@ -391,21 +391,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
     )
     _print_json({"adapter": str(out), **written["metrics"]})
     return 0
-
-
-def _gold_texts(paths: list[Path]) -> set[str]:
-    """The texts of gold files (``{"text": ...}`` per line) that training must not see."""
-    texts: set[str] = set()
-    for path in paths:
-        with path.open(encoding="utf-8") as handle:
-            for number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    texts.add(str(json.loads(line)["text"]).strip())
-                except (ValueError, KeyError, TypeError):
-                    raise ExtractorError(f"{path}:{number}: not a gold line with a 'text'") from None
-    return texts
 
 
 def build_parser() -> argparse.ArgumentParser:

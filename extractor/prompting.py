@@ -101,11 +101,11 @@ def _turns(task: Task, examples: Sequence[Example]) -> list[Message]:
 def render(task: Task, text: str, *, feedback: Sequence[str] = (), previous: str | None = None) -> list[Message]:
     """The full chat for one attempt: system (+ instruction), worked examples, then the request."""
     messages: list[Message] = [{"role": "system", "content": _system(task)}]
-    if task.adapter is not None and not task.settings.adapter_examples:
-        pass  # the adapter learned the task from its pool, and was trained on prompts without examples
-    elif task.uses_pool:
+    # An adapter learned the task from its pool, on prompts without worked examples.
+    adapted = task.adapter is not None and not task.settings.adapter_examples
+    if task.uses_pool and not adapted:
         messages += _turns(task, examples_for(task, text))
-    else:
+    elif not adapted:
         messages += [m.copy() for m in _fixed_turns(task)]
     if task.instruction_only:
         request = text + feedback_block(feedback, previous)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from extractor.engines.base import Message
+from extractor.errors import ExtractorError
 from extractor.examples.pool import check_line
 from extractor.prompting import compact_json, render
 from extractor.tasks import Task
@@ -75,6 +76,21 @@ def samples(task: Task, *, exclude: Collection[str] = ()) -> tuple[list[Sample],
             messages = tuple(render(shown, example.text))
             kept.append(Sample(task.name, number, messages, compact_json(example.output)))
     return kept, refused
+
+
+def gold_texts(paths: Sequence[Path]) -> set[str]:
+    """The texts (whitespace-trimmed) of gold files, ``{"text": ...}`` per line: what training must not see."""
+    texts: set[str] = set()
+    for path in paths:
+        with path.open(encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    texts.add(str(json.loads(line)["text"]).strip())
+                except (ValueError, KeyError, TypeError):
+                    raise ExtractorError(f"{path}:{number}: not a gold line with a 'text'") from None
+    return texts
 
 
 def split(items: Sequence[Sample], *, held_out: float, seed: int) -> tuple[list[Sample], list[Sample]]:

@@ -100,8 +100,7 @@ def train(
         raise TrainingError(f"training needs torch, transformers and peft: {error}") from None
 
     say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
-    random.seed(config.seed)
-    torch.manual_seed(config.seed)
+    torch.manual_seed(config.seed)  # the LoRA weights' initialisation; the data order has its own RNG
     tokenizer = load_tokenizer(model_dir)
     model: Any = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     lora = peft.LoraConfig(
@@ -134,7 +133,8 @@ def train(
         optimizer.zero_grad()
         value = float(loss.detach())
         report.losses.append(value)
-        report.first_loss = report.first_loss if report.first_loss is not None else value
+        if report.first_loss is None:
+            report.first_loss = value
         report.steps, report.examples = step + 1, report.examples + len(batch)
         if (step + 1) % 10 == 0 or step + 1 == total_steps:
             elapsed = time.perf_counter() - started
