@@ -171,6 +171,38 @@ async def versus_seed(engine: Engine, extractor: Extractor, items: Sequence[Gold
     }
 
 
+async def p1_same_work(extractor: Extractor, items: Sequence[GoldItem]) -> dict[str, Any]:
+    """P1: ``extractor batch`` vs raw generation on the same prompts, grounded on both, then off on both.
+
+    Each side runs twice in A-B-B-A order and the two passes are summed: the first pass after the
+    warm-up is the slowest (measured: 11.0 s, then 9.3 s for the same raw work), and a fixed order
+    handed that penalty to one side (P1 0.72 in one run, 1.05 in another). The extractor side's
+    per-stage times are in ``extractor.stages``.
+    """
+    engine = extractor.engine
+    with stages.timed(engine) as spent:
+        first = await extractor_batches(extractor, items)
+    raw = _sum(
+        await raw_passes(engine, extractor, items, grounded=True),
+        await raw_passes(engine, extractor, items, grounded=True),
+    )
+    with stages.timed(engine) as spent_again:
+        ours = _sum(first, await extractor_batches(extractor, items))
+    ours["stages"] = {k: spent.get(k, 0.0) + spent_again.get(k, 0.0) for k in {*spent, *spent_again}}
+    raw_first = await raw_passes(engine, extractor, items)
+    ours_off = _sum(
+        await extractor_batches(extractor, items, grounded=False),
+        await extractor_batches(extractor, items, grounded=False),
+    )
+    raw_off = _sum(raw_first, await raw_passes(engine, extractor, items))
+    print(
+        f"bench: P1 done: grounded extractor {ours['seconds']:.1f} s, raw {raw['seconds']:.1f} s; "
+        f"ungrounded extractor {ours_off['seconds']:.1f} s, raw {raw_off['seconds']:.1f} s",
+        flush=True,
+    )
+    return {"extractor": ours, "raw": raw, "extractor_ungrounded": ours_off, "raw_ungrounded": raw_off}
+
+
 async def main(quick: bool, out: Path) -> None:
     size = common.sizes(quick)
     started = time.perf_counter()
@@ -184,30 +216,8 @@ async def main(quick: bool, out: Path) -> None:
         # Warm-up: compile each schema's grammar and fill the prefix cache, for both sides alike.
         await raw_passes(engine, extractor, throughput, grounded=True)
         await raw_passes(engine, extractor, throughput)
-        # P1 compares the same work on both sides: grounded decoding on (the shipped default) on both,
-        # then off on both. Each side runs twice in A-B-B-A order and the two passes are summed: the
-        # first pass after the warm-up is the slowest (measured: 11.0 s, then 9.3 s for the same raw
-        # work), and a fixed order handed that penalty to one side (P1 0.72 in one run, 1.05 in another).
-        with stages.timed(engine) as spent:
-            first = await extractor_batches(extractor, throughput)
-        raw = _sum(
-            await raw_passes(engine, extractor, throughput, grounded=True),
-            await raw_passes(engine, extractor, throughput, grounded=True),
-        )
-        with stages.timed(engine) as spent_again:
-            ours = _sum(first, await extractor_batches(extractor, throughput))
-        ours["stages"] = {k: spent.get(k, 0.0) + spent_again.get(k, 0.0) for k in {*spent, *spent_again}}
-        raw_first = await raw_passes(engine, extractor, throughput)
-        ours_off = _sum(
-            await extractor_batches(extractor, throughput, grounded=False),
-            await extractor_batches(extractor, throughput, grounded=False),
-        )
-        raw_off = _sum(raw_first, await raw_passes(engine, extractor, throughput))
-        print(
-            f"bench: P1 done: grounded extractor {ours['seconds']:.1f} s, raw {raw['seconds']:.1f} s; "
-            f"ungrounded extractor {ours_off['seconds']:.1f} s, raw {raw_off['seconds']:.1f} s",
-            flush=True,
-        )
+        p1 = await p1_same_work(extractor, throughput)
+        ours, raw, ours_off, raw_off = p1["extractor"], p1["raw"], p1["extractor_ungrounded"], p1["raw_ungrounded"]
         seed = await versus_seed(engine, extractor, common.jobs(items, size.throughput_tasks, size.seed_per_task))
         print(
             f"bench: P2 done: seed {seed['seed']['seconds']:.1f} s, extractor {seed['extractor']['seconds']:.1f} s",

@@ -30,7 +30,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from bench import common, compact, grounded_grammar, stages
+from bench import common, compact, grounded_grammar
 from bench.http_bench import free_port, percentile
 from extractor import Extractor, Settings
 from extractor.gold import GoldItem
@@ -229,20 +229,10 @@ async def engine_phase(out: Path, per_task: int, seed_per_task: int, parts: Sequ
 
 
 async def p1(report: Report, extractor: Extractor, work: list[GoldItem]) -> None:
-    engine = extractor.engine
-    with stages.timed(engine) as spent:
-        ours = await compact.extractor_batches(extractor, work)
-    ours["stages"] = dict(spent)
-    raw = await compact.raw_passes(engine, extractor, work, grounded=True)
-    ours_once = await compact.extractor_batches(extractor, work, max_attempts=1)
-    ours_off = await compact.extractor_batches(extractor, work, grounded=False)
-    raw_off = await compact.raw_passes(engine, extractor, work)
+    """P1 as on the CPU (`bench/compact.py`: same work on both sides, A-B-B-A), plus one attempt only."""
     report["p1"] = {
-        "extractor": ours,
-        "extractor_one_attempt": ours_once,
-        "raw": raw,
-        "extractor_ungrounded": ours_off,
-        "raw_ungrounded": raw_off,
+        **await compact.p1_same_work(extractor, work),
+        "extractor_one_attempt": await compact.extractor_batches(extractor, work, max_attempts=1),
     }
 
 

@@ -7,6 +7,9 @@ point at the adapter; then runs `extractor eval`'s code on the 700 dev lines wit
 examples. The base model with 3 retrieved examples (the shipped layout) is `quality_shipped.md`.
 
     flock /tmp/extractor-engine.lock .venv/bin/python -m bench.train --per-task 300 --epochs 1
+
+On a GPU (the H200 host, `bench/gpu/README.md`) training runs on CUDA; ``--base`` scores the
+base model with 3 retrieved examples in the same run, for a same-hardware comparison.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from extractor.evaluation import evaluate
 from extractor.gold import load_gold, select, task_map
 from extractor.models import resolve_model_dir
 from extractor.training import data, manifest, trainer
+from extractor.training.merge import merge
 
 ADAPTER = "adapters/snips"
 
@@ -52,7 +56,7 @@ def point_at_adapter(folder: Path, names: list[str], *, examples: bool, adapter:
         path.write_text(json.dumps(schema, ensure_ascii=False, indent=2), encoding="utf-8")
 
 
-def train(folder: Path, names: list[str], per_task: int, epochs: float) -> dict[str, Any]:
+def train(folder: Path, names: list[str], per_task: int, config: trainer.TrainConfig) -> dict[str, Any]:
     catalog = Catalog.load(folder)
     dev_texts = data.gold_texts([GOLD])
     kept: list[data.Sample] = []
@@ -62,7 +66,6 @@ def train(folder: Path, names: list[str], per_task: int, epochs: float) -> dict[
         kept += found[:per_task]
         refused += len(bad)
     train_set, held_out = data.split(kept, held_out=0.05, seed=0)
-    config = trainer.TrainConfig(epochs=epochs)
     model_dir = resolve_model_dir(Settings.from_env())
     out = folder / ADAPTER
     report = trainer.train(model_dir, train_set, held_out, out, config)
@@ -71,10 +74,10 @@ def train(folder: Path, names: list[str], per_task: int, epochs: float) -> dict[
         model_dir=model_dir,
         tasks=[catalog.get(n) for n in names],
         data_hash=data.digest(train_set),
-        config={"epochs": epochs, "rank": config.rank, "per_task": per_task},
+        config={"epochs": config.epochs, "rank": config.rank, "per_task": per_task, "batch_size": config.batch_size},
         metrics=report.as_dict(),
     )
-    size = sum(p.stat().st_size for p in out.glob("adapter_model.*"))
+    size = _size(out)
     return {
         **report.as_dict(),
         "samples": len(train_set),
@@ -84,8 +87,9 @@ def train(folder: Path, names: list[str], per_task: int, epochs: float) -> dict[
     }
 
 
-async def score(folder: Path, label: str, per_intent: int | None) -> dict[str, Any]:
+async def score(folder: Path, label: str, per_intent: int | None, *, model: Path | None = None) -> dict[str, Any]:
     settings = Settings.from_env(kv_cache_space_gib=2, tasks_dir=folder)
+    settings = settings.with_(model=str(model)) if model else settings
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     extractor = Extractor(settings=settings)
     items = load_gold(GOLD, task=None, known=extractor.catalog.names(), task_field="intent", mapping=task_map("snips"))
@@ -118,7 +122,7 @@ def markdown(training: dict[str, Any], rows: list[dict[str, Any]], args: argpars
     rows_shipped = json.loads((RESULTS / "raw" / "quality_shipped.json").read_text(encoding="utf-8"))
     shipped = next(r for r in rows_shipped if r["variant"] == "k3")
     base_row = []
-    if not args.eval_per_intent:
+    if not args.eval_per_intent and not args.base:
         base_row = [
             f"| base model, 3 retrieved examples (shipped; `quality_shipped.md`) | {shipped['f1']:.3f} | "
             f"{shipped['precision']:.3f} | {shipped['recall']:.3f} | {shipped['valid']:.1%} | "
@@ -127,19 +131,25 @@ def markdown(training: dict[str, Any], rows: list[dict[str, Any]], args: argpars
     lines = [
         "# Task adapters on SNIPS",
         "",
-        f"{m['date']}, {m['cpu']}, {m['cores']} cores, vLLM {m.get('vllm', '?')}, default model "
-        f"(SmolLM2-135M-Instruct). One LoRA adapter (rank 8, all 7 projection modules, dropout 0, bf16 "
-        f"autocast) trained on the first {args.per_task} usable lines of each SNIPS pool "
-        f"({training['samples']} samples, {training['held_out']} held out), {args.epochs:g} epoch(s), never "
-        f"on a dev text; scored on dev (the table says how many lines) with `extractor eval`'s code. "
-        f"`python -m bench.train --per-task {args.per_task} --epochs {args.epochs:g}"
+        f"{m['date']}, scored on {m['cores']} CPU cores ({m['cpu']}) or the GPU the command names, vLLM "
+        f"{m.get('vllm', '?')}, default model (SmolLM2-135M-Instruct). One LoRA adapter (rank 8, all 7 "
+        f"projection modules, dropout 0, bf16 autocast) for the 7 SNIPS tasks, trained on "
+        + (f"the adapter folder `{args.adapter}` (its manifest's figures below)" if args.adapter else "")
+        + (f"the first {args.per_task} usable lines of each SNIPS pool" if not args.adapter else "")
+        + f" ({training['samples']} samples), never on a dev text; scored on dev (the table says how many "
+        f"lines) with `extractor eval`'s code. `python -m bench.train "
+        + (f"--adapter {args.adapter}" if args.adapter else f"--per-task {args.per_task} --epochs {args.epochs:g}")
         + (f" --eval-per-intent {args.eval_per_intent}" if args.eval_per_intent else "")
+        + (f" --variants {args.variants}" if args.variants else "")
+        + (" --base" if args.base else "")
         + f"`, {minutes:.0f} min.",
         "",
         "## Training",
         "",
         f"- {training['steps']} steps, {training['examples']} examples in {training['seconds'] / 60:.1f} min: "
-        f"**{training['examples_per_s']:.2f} examples/s** on 2 cores; peak RSS {training['peak_rss_mib']:,.0f} MiB",
+        f"**{training['examples_per_s']:.2f} examples/s** on {_device(training)}; peak RSS "
+        f"{training['peak_rss_mib']:,.0f} MiB"
+        + (f", peak GPU memory {training['peak_gpu_mib']:,.0f} MiB" if training.get("peak_gpu_mib") else ""),
         f"- loss {training['first_loss']:.3f} (first step) → {training['train_loss']:.3f} (last 20 steps); "
         f"held-out loss {training['val_loss']:.3f}",
         f"- adapter: {training['adapter_bytes'] / 1e6:.1f} MB (`adapter_model.safetensors`, fp32)",
@@ -159,33 +169,69 @@ def markdown(training: dict[str, Any], rows: list[dict[str, Any]], args: argpars
     return "\n".join([*lines, "", *per_intent_table(rows)]) + "\n"
 
 
+def _device(training: dict[str, Any]) -> str:
+    device = str(training.get("device", "cpu"))
+    return f"{machine()['cores']} CPU cores" if device == "cpu" else device
+
+
+VARIANTS = {
+    "base": "base model, 3 retrieved examples (shipped before adapters)",
+    "adapter": "adapter, no examples (LoRA)",
+    "adapter_k3": "adapter + 3 retrieved examples (LoRA)",
+    "merged": "merged model (`extractor model merge`), no examples",
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--per-task", type=int, default=300)
     parser.add_argument("--epochs", type=float, default=1.0)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--learning-rate", type=float, default=2e-4)
+    parser.add_argument("--adapter", type=Path, help="score this trained adapter instead of training one")
     parser.add_argument("--out", type=Path, default=RESULTS / "train.md")
     parser.add_argument("--keep", type=Path, help="copy the trained adapter here")
+    parser.add_argument("--raw", type=Path, default=RESULTS / "raw" / "train.json", help="the figures as JSON")
     parser.add_argument("--eval-per-intent", type=int, help="score the first N dev lines per intent (default: all)")
+    parser.add_argument("--base", action="store_true", help="also score the base model with 3 retrieved examples")
+    parser.add_argument("--variants", help=f"comma-separated, of {', '.join(VARIANTS)} (default: adapter,adapter_k3)")
     args = parser.parse_args()
+    chosen = args.variants.split(",") if args.variants else ["adapter", "adapter_k3"]
+    if (args.eval_per_intent or args.base) and "base" not in chosen:  # the shipped layout on the same lines
+        chosen.insert(0, "base")
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         names = catalog_copy(folder)
-        training = train(folder, names, args.per_task, args.epochs)
+        point_at_adapter(folder, names, examples=False, adapter=False)  # none yet
+        if args.adapter:
+            shutil.copytree(args.adapter, folder / ADAPTER)
+            training = {**manifest.read(folder / ADAPTER)["metrics"], "adapter_bytes": _size(folder / ADAPTER)}
+            training.setdefault("samples", training.get("examples", 0))
+            training.setdefault("held_out", 0)
+        else:
+            config = trainer.TrainConfig(
+                epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate, save_every=0
+            )
+            training = train(folder, names, args.per_task, config)
         print(f"bench: training {json.dumps(training)}", flush=True)
         if args.keep:
             shutil.copytree(folder / ADAPTER, args.keep, dirs_exist_ok=True)
         rows = []
-        variants = [("adapter, no examples", False, True), ("adapter + 3 retrieved examples", True, True)]
-        if args.eval_per_intent:  # a subset: score the shipped layout on it too, in this run
-            variants.insert(0, ("base model, 3 retrieved examples (shipped)", True, False))
-        for label, examples, adapter in variants:
-            point_at_adapter(folder, names, examples=examples, adapter=adapter)
-            rows.append(asyncio.run(score(folder, label, args.eval_per_intent)))
+        for name in chosen:
+            model = None
+            if name == "merged":
+                model = merge(resolve_model_dir(Settings.from_env()), folder / ADAPTER, folder / "merged")
+            point_at_adapter(folder, names, examples=name in ("base", "adapter_k3"), adapter=name != "base")
+            rows.append(asyncio.run(score(folder, VARIANTS[name], args.eval_per_intent, model=model)))
     text = markdown(training, rows, args, (time.perf_counter() - started) / 60)
     args.out.write_text(text, encoding="utf-8")
-    (RESULTS / "raw" / "train.json").write_text(json.dumps({"training": training, "rows": rows}, indent=1), "utf-8")
+    args.raw.write_text(json.dumps({"training": training, "rows": rows}, indent=1), "utf-8")
     print(text)
+
+
+def _size(adapter: Path) -> int:
+    return sum(p.stat().st_size for p in adapter.glob("adapter_model.*"))
 
 
 if __name__ == "__main__":

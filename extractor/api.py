@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Coroutine, Iterable, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar, overload
 
@@ -229,7 +230,21 @@ def _lora_settings(settings: Settings, catalog: Catalog) -> Settings:
     from extractor.training.manifest import adapter_rank
 
     adapters = {catalog.get(n).adapter for n in catalog.names()} - {None}
+    adapters = {a for a in adapters if a is not None and not _merged(settings, a)}
     if not adapters:
         return settings
     rank = max(adapter_rank(a) for a in adapters if a is not None)
     return settings.with_(max_lora_rank=rank or 16, max_loras=max(settings.max_loras, len(adapters)))
+
+
+def _merged(settings: Settings, adapter: Path) -> bool:
+    """True when the engine's model is a merge of ``adapter`` (`extractor model merge`): no LoRA needed."""
+    from extractor.models import resolve_model_dir
+    from extractor.training.merge import holds
+
+    if settings.engine != "vllm":
+        return False
+    try:
+        return holds(resolve_model_dir(settings), adapter)
+    except ExtractorError:  # no model yet, or another merge: the engine reports it on first use
+        return False

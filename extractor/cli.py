@@ -195,10 +195,19 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def _cmd_model(args: argparse.Namespace) -> int:
-    from extractor.models import prepare_default_model
+    from extractor.models import prepare_default_model, resolve_model_dir
 
-    path = prepare_default_model(_settings(args), force=args.force)
-    print(path)
+    settings = _settings(args)
+    if args.action == "prepare":
+        print(prepare_default_model(settings, force=args.force))
+        return 0
+    from extractor.training.merge import merge
+
+    if not args.adapter or not args.out:
+        raise ExtractorError("model merge needs --adapter FOLDER (from `extractor train`) and --out FOLDER")
+    out = merge(resolve_model_dir(settings), Path(args.adapter), Path(args.out))
+    print(f"merged {args.adapter} into {out}; serve it with EXTRACTOR_MODEL={out}", file=sys.stderr)
+    print(out)
     return 0
 
 
@@ -429,9 +438,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_settings(tasks)
     tasks.set_defaults(handler=_cmd_tasks)
 
-    model = commands.add_parser("model", help="manage the embedded default model")
-    model.add_argument("action", choices=["prepare"])
-    model.add_argument("--force", action="store_true", help="convert again even if already prepared")
+    model = commands.add_parser("model", help="prepare the default model, or merge an adapter into it")
+    model.add_argument("action", choices=["prepare", "merge"])
+    model.add_argument("--force", action="store_true", help="prepare: convert again even if already prepared")
+    model.add_argument("--adapter", help="merge: the adapter folder (`extractor train`'s output)")
+    model.add_argument("--out", help="merge: the merged model's folder (then EXTRACTOR_MODEL=that folder)")
     _add_settings(model)
     model.set_defaults(handler=_cmd_model)
 

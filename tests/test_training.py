@@ -128,3 +128,36 @@ def test_the_real_engine_generates_valid_output_with_the_adapter(adapter: tuple[
         assert extractor.settings.max_lora_rank == 8
         result = extractor.extract(TASK, "will it be windy in Brookhaven next weekend")
         assert result.attempts and not list(extractor.task(TASK).validator.iter_errors(result.data))
+
+
+def test_a_merged_model_answers_like_base_plus_adapter_and_serves_it_without_lora(
+    adapter: tuple[Path, trainer.TrainReport], tmp_path: Path
+) -> None:
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from extractor.training.merge import holds, merge
+
+    out, _ = adapter
+    base_dir = resolve_model_dir(Settings.from_env())
+    merged_dir = merge(base_dir, out, tmp_path / "merged")
+    ids = torch.tensor([[1, 422, 3012, 314, 3346, 30, 2]])
+    with torch.no_grad():
+        base = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
+        expected = PeftModel.from_pretrained(base, str(out))(input_ids=ids).logits
+        got = AutoModelForCausalLM.from_pretrained(str(merged_dir), dtype=torch.float32)(input_ids=ids).logits
+    assert torch.allclose(expected, got, atol=1e-3)
+    assert (merged_dir / "tokenizer.json").is_file() and not holds(base_dir, out)
+    assert holds(merged_dir, out)
+    # The catalog's task points at the adapter; on its merged model the engine needs no LoRA.
+    settings = Settings.from_env(engine="vllm", model=str(merged_dir), tasks_dir=out.parent.parent)
+    assert Extractor(settings=settings).settings.max_lora_rank == 0
+    assert Extractor(settings=settings.with_(model="default")).settings.max_lora_rank == 8
+    # Another adapter (other training data) on a merged model is refused, naming the merge.
+    other = tmp_path / "other-adapter"
+    shutil.copytree(out, other)
+    record = json.loads((other / manifest.MANIFEST).read_text(encoding="utf-8"))
+    (other / manifest.MANIFEST).write_text(json.dumps({**record, "data_sha256": "0" * 64}), encoding="utf-8")
+    with pytest.raises(manifest.AdapterError, match="is a merge of another adapter"):
+        holds(merged_dir, other)

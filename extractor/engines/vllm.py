@@ -57,7 +57,7 @@ class VLLMEngine:
         self._tokenizer: Any = None
         self._loop: LoopThread | None = None
         self._start_lock = threading.Lock()
-        self._adapters: dict[str, Any] = {}  # adapter folder -> its LoRARequest (checked once)
+        self._adapters: dict[str, Any] = {}  # adapter folder -> its LoRARequest, None if merged (checked once)
 
     @property
     def model_name(self) -> str:
@@ -176,9 +176,13 @@ class VLLMEngine:
         """The request's ``LoRARequest`` (None: the base model); the adapter is checked on first use."""
         if request.adapter is None:
             return None
-        found = self._adapters.get(request.adapter)
-        if found is not None:
-            return found
+        if request.adapter in self._adapters:
+            return self._adapters[request.adapter]
+        from extractor.training.merge import holds
+
+        if holds(self._model_dir, Path(request.adapter)):  # `extractor model merge`: already in the weights
+            self._adapters[request.adapter] = None
+            return None
         if self._settings.max_lora_rank <= 0:
             raise EngineError(
                 f"{request.adapter}: the engine was started without LoRA; set EXTRACTOR_MAX_LORA_RANK "

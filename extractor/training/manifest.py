@@ -27,9 +27,28 @@ class AdapterError(ConfigError):
     """An adapter that does not fit the model or the task it is asked to serve."""
 
 
+# The config keys that fix the network's shape. The rest of config.json (``transformers_version``,
+# ``dtype`` spelling, rope key layout) changes with the transformers release that converted the
+# model, not with the weights: an adapter trained on the GPU host serves here.
+_SHAPE_KEYS = (
+    "model_type",
+    "architectures",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "vocab_size",
+    "tie_word_embeddings",
+)
+
+
 def model_fingerprint(model_dir: Path) -> str:
-    """SHA-256 over the model's config and, per weight file, its size and first and last MiB."""
-    h = hashlib.sha256((model_dir / "config.json").read_bytes())
+    """SHA-256 over the model's shape (config) and, per weight file, its size and first and last MiB."""
+    config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    shape = {key: config.get(key) for key in _SHAPE_KEYS} if isinstance(config, dict) else config
+    h = hashlib.sha256(json.dumps(shape, sort_keys=True).encode())
     for path in sorted(model_dir.glob("*.safetensors")) + sorted(model_dir.glob("*.bin")):
         size = path.stat().st_size
         h.update(f"{path.name}:{size}".encode())
