@@ -119,7 +119,8 @@ def markdown() -> str:
         f"{_rate(p1['extractor']):.1f} vs {_rate(p1['extractor_ungrounded']):.1f} = "
         f"**{_rate(p1['extractor']) / _rate(p1['extractor_ungrounded']):.2f}**.",
         "",
-        "By text length (`snips_get_weather`, SNIPS pool utterances run together, `aextract` all at once; "
+        "By text length (`snips_get_weather`, SNIPS pool utterances run together, `aextract` all at once, "
+        "grounded side first: this run came before `bench.grounded_grammar` moved to A-B-B-A; "
         "compile: llguidance's matcher for one request on the host CPU, median of 3):",
         "",
         "| words | docs | on docs/s | off docs/s | on / off docs/s | tokens/doc on / off | on / off output tok/s "
