@@ -23,6 +23,9 @@ from extractor.server.errors import error_response
 from extractor.server.metrics import Metrics
 
 CLIENT_GONE = 499  # nginx's code for a client that closed the connection before the answer
+# A handler may set ``scope[METRICS_LABELS] = {"route": ..., "task": ...}`` to name its request
+# in the metrics otherwise than by route template and ``{task}`` path parameter (the OpenAI front).
+METRICS_LABELS = "extractor.metrics_labels"
 _WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
 
 
@@ -62,9 +65,10 @@ class HttpGate:
                 await self.app(scope, receive, tracked_send)
         finally:
             route = scope.get("route")
+            named = scope.get(METRICS_LABELS, {})
             self.metrics.observe_request(
-                route=getattr(route, "path", "-"),
-                task=self.task_label(scope.get("path_params", {}).get("task")),
+                route=named.get("route") or getattr(route, "path", "-"),
+                task=self.task_label(named.get("task", scope.get("path_params", {}).get("task"))),
                 status=status,
                 seconds=time.perf_counter() - started,
             )
