@@ -365,3 +365,14 @@ def test_adhoc_tasks_are_checked_once_and_the_cache_is_bounded() -> None:
         tasks.get("deep", deep, where="w")
     with pytest.raises(TaskError, match="top level must be"):
         tasks.get("arr", {"type": "array"}, where="w")
+
+
+def test_a_body_over_the_limit_is_a_413_in_the_openai_shape(catalog: Catalog, tmp_path: Path) -> None:
+    for live in _live(catalog, tmp_path, max_body_bytes=2_000):
+        with pytest.raises(openai.APIStatusError) as large:
+            live.client(max_retries=0).chat.completions.create(
+                model="landmark_slots", messages=[{"role": "user", "content": "x" * 5_000}]
+            )
+        assert large.value.status_code == 413
+        assert large.value.body["code"] == "too_large" and large.value.body["type"] == "invalid_request_error"  # type: ignore[index]
+        assert live.engine.history == []

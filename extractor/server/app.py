@@ -53,6 +53,7 @@ def create_app(extractor: Extractor, *, start_engine: bool = True, close_engine:
         metrics=service.metrics,
         max_body_bytes=extractor.settings.max_body_bytes,
         task_label=service.task_label,
+        error_shapes=[(openai.PREFIX + "/", openai.error_response)],
     )
 
     @app.exception_handler(ExtractorError)

@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from extractor.errors import PayloadTooLargeError
+from extractor.errors import ExtractorError, PayloadTooLargeError
 from extractor.server.errors import error_response
 from extractor.server.metrics import Metrics
 
@@ -37,12 +38,20 @@ class HttpGate:
     """Wraps the app; see the module docstring."""
 
     def __init__(
-        self, app: ASGIApp, *, metrics: Metrics, max_body_bytes: int, task_label: Callable[[Any], str]
+        self,
+        app: ASGIApp,
+        *,
+        metrics: Metrics,
+        max_body_bytes: int,
+        task_label: Callable[[Any], str],
+        error_shapes: Sequence[tuple[str, Callable[[ExtractorError], Response]]] = (),
     ) -> None:
         self.app = app
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
         self.task_label = task_label
+        # (path prefix, error response) for APIs with an error shape of their own (the OpenAI front's)
+        self.error_shapes = tuple(error_shapes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -149,4 +158,6 @@ class HttpGate:
             "send less, or split a batch"
         )
         with contextlib.suppress(OSError):
-            await error_response(error)(scope, receive, send)
+            path = str(scope.get("path", ""))
+            respond = next((r for prefix, r in self.error_shapes if path.startswith(prefix)), error_response)
+            await respond(error)(scope, receive, send)

@@ -16,7 +16,8 @@ from extractor.server.openai import translate
 from extractor.server.openai.protocol import ChatCompletionOut, ChatCompletionRequest, ErrorBody, ModelsOut
 from extractor.server.openai.serving import OpenAIFront
 
-router = APIRouter(prefix="/v1")
+PREFIX = "/v1"
+router = APIRouter(prefix=PREFIX)
 ROUTE_LABEL = "openai"
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
@@ -26,7 +27,8 @@ def _front(request: Request) -> OpenAIFront:
     return front
 
 
-def _error(error: ExtractorError) -> JSONResponse:
+def error_response(error: ExtractorError) -> JSONResponse:
+    """One of our errors in OpenAI's shape, with the service's status code."""
     status, body, headers = translate.error(error)
     return JSONResponse(status_code=status, content=body.model_dump(mode="json"), headers=headers)
 
@@ -89,8 +91,8 @@ async def chat_completions(request: Request) -> Response:
         else:
             out = await front.extract(job, model=body.model)
     except ExtractorError as error:
-        return _error(error)
+        return error_response(error)
     if body.stream:  # the answer is validated whole first, then streamed
         chunks = translate.stream_chunks(out, include_usage=include_usage)
         return _replay([*(translate.sse(c) for c in chunks), translate.SSE_DONE])
-    return JSONResponse(out.model_dump(mode="json"))
+    return Response(out.model_dump_json(), media_type="application/json")
