@@ -85,8 +85,10 @@ def _answer(request: GenerationRequest) -> str:
     return json.dumps(EVENT)
 
 
-def _live(catalog: Catalog, tmp_path: Path, *, delay_s: float = 0.0, **settings: object) -> Iterator[Live]:
-    engine = ScriptedEngine(respond=_answer, delay_s=delay_s)
+def _live(
+    catalog: Catalog, tmp_path: Path, *, delay_s: float = 0.0, respond: bool = True, **settings: object
+) -> Iterator[Live]:
+    engine = ScriptedEngine(respond=_answer if respond else None, delay_s=delay_s)
     config = Settings.from_env({}, home=tmp_path / "home", engine="scripted", **settings)
     extractor = Extractor(settings=config, engine=engine, catalog=catalog)
     for url in serve(extractor):
@@ -376,3 +378,12 @@ def test_a_body_over_the_limit_is_a_413_in_the_openai_shape(catalog: Catalog, tm
         assert large.value.status_code == 413
         assert large.value.body["code"] == "too_large" and large.value.body["type"] == "invalid_request_error"  # type: ignore[index]
         assert live.engine.history == []
+
+
+def test_an_error_once_a_chat_stream_has_begun_is_an_error_event(catalog: Catalog, tmp_path: Path) -> None:
+    for live in _live(catalog, tmp_path, respond=False):  # nothing to answer: the engine fails mid-stream
+        stream = live.client().chat.completions.create(
+            model="scripted", messages=[{"role": "user", "content": "Hi"}], stream=True
+        )
+        with pytest.raises(openai.APIError, match="no response queued"):
+            list(stream)
