@@ -126,7 +126,6 @@ class Extractor:
         text while decoding; False: not even fields marked ``x-extractive``).
         """
         spec = self.task(task)
-        await self.astart()
         options = pipeline.Options(
             temperature=temperature,
             max_tokens=max_tokens,
@@ -135,12 +134,16 @@ class Extractor:
             chunk=chunk,
             grounded_decoding=grounded_decoding,
         )
-        result = await pipeline.run(
-            spec, text, engine=self.engine, settings=self.settings, options=options, typed=spec.typed
-        )
+        result = await self.arun(spec, text, options=options)
         if output_type is not None:
             return output_type.model_validate(result.data)
         return result
+
+    async def arun(self, task: Task, text: str, *, options: pipeline.Options | None = None) -> ExtractionResult:
+        """Extract with a task object: a catalog task, or one built in memory (``tasks.task_from_schema``)."""
+        await self.astart()
+        engine, chosen = self.engine, options or pipeline.Options()
+        return await pipeline.run(task, text, engine=engine, settings=self.settings, options=chosen, typed=task.typed)
 
     def extract(self, task: str, text: str, **options: Any) -> Any:
         """Blocking :meth:`aextract` (same arguments)."""

@@ -66,6 +66,14 @@ class TextTooLongError(InputError):
         )
 
 
+class BadRequestError(InputError):
+    """The request asks for something the API cannot do (``n`` > 1, an image part, ...); names the field."""
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        self.param = param
+        super().__init__(message)
+
+
 class PayloadTooLargeError(InputError):
     """A request body, a text or a batch is over a configured limit; the message names it."""
 

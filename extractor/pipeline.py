@@ -45,6 +45,10 @@ class Options:
     grounding: GroundingPolicy | None = None
     chunk: bool | None = None
     grounded_decoding: bool | None = None
+    # Sampling passed through to the engine as asked (the OpenAI front's top_p, seed, stop).
+    top_p: float | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,9 @@ class Plan:
     grounded_clauses: bool = True
     # The substring grammar is llguidance's Lark: only the guidance backend reads it (xgrammar: the enum).
     substring_grammar: bool = True
+    top_p: float | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
 
 
 def plan(task: Task, options: Options, settings: Settings) -> Plan:
@@ -92,6 +99,9 @@ def plan(task: Task, options: Options, settings: Settings) -> Plan:
         grounded_max_words=settings.grounded_max_words,
         grounded_clauses=settings.grounded_clauses,
         substring_grammar=settings.grammar_backend == "guidance",
+        top_p=options.top_p,
+        seed=options.seed,
+        stop=options.stop,
     )
 
 
@@ -170,6 +180,9 @@ async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk:
             temperature=p.temperature,
             max_tokens=p.max_tokens,
             adapter=str(task.adapter) if task.adapter is not None else None,
+            top_p=p.top_p,
+            seed=p.seed,
+            stop=p.stop,
         )
         t0 = time.perf_counter()
         generation = await engine.generate(request)

@@ -99,7 +99,17 @@ def _turns(task: Task, examples: Sequence[Example]) -> list[Message]:
 
 
 def render(task: Task, text: str, *, feedback: Sequence[str] = (), previous: str | None = None) -> list[Message]:
-    """The full chat for one attempt: system (+ instruction), worked examples, then the request."""
+    """The full chat for one attempt: system (+ instruction), worked examples, then the request.
+
+    A task with its own ``conversation`` (a request's chat) is sent as given; a re-ask adds
+    the previous answer and its problems as the next two turns.
+    """
+    if task.conversation:
+        chat: list[Message] = [m.copy() for m in task.conversation]
+        if feedback:
+            chat.append({"role": "assistant", "content": previous or ""})
+            chat.append({"role": "user", "content": feedback_block(feedback, None).strip()})
+        return chat
     messages: list[Message] = [{"role": "system", "content": _system(task)}]
     # An adapter learned the task from its pool, on prompts without worked examples.
     adapted = task.adapter is not None and not task.settings.adapter_examples

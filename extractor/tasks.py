@@ -20,6 +20,7 @@ from jsonschema.validators import Draft202012Validator
 
 from extractor import decoding, grounded_decoding, grounding
 from extractor.config import MAX_ATTEMPTS_LIMIT, GrammarBackend
+from extractor.engines.base import Message
 from extractor.errors import TaskError, UnknownTaskError
 from extractor.examples.pool import Example, ExamplePool, PoolSettings, load_pool, summarize
 from extractor.typed import TypedModel, model_for_schema
@@ -134,6 +135,9 @@ class Task:
     instruction_only: bool = False
     # A LoRA adapter trained for this task (``extractor train``): its requests go through it.
     adapter: Path | None = None
+    # A request's own chat (the OpenAI front's ad-hoc tasks): sent as given instead of the
+    # template's rendering; a re-ask appends the previous answer and its problems.
+    conversation: tuple[Message, ...] = ()
 
     @property
     def uses_pool(self) -> bool:
@@ -210,15 +214,10 @@ def load_task(
     if not TASK_NAME.match(name):
         raise TaskError(where, "", f"task name {name!r} must match {TASK_NAME.pattern}; rename the file")
     schema = _read_schema(schema_path)
-    _check_schema(where, schema)
-    settings, examples = _read_settings(where, schema)
-    warnings = _check_unenforced(where, schema, backend, allow=settings.allow_unenforced)
-    warnings += [f"{where}: {w}" for w in grounded_decoding.check(schema)]
-    typed, typed_warnings = _build_typed(where, schema, name)
-    warnings += typed_warnings
-    validator = Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
-    ungrounded = grounding.ungrounded_paths(schema)
-    _check_examples(where, examples, validator, ungrounded)
+    checked = _check_all(where, schema, name, backend)
+    settings, examples, validator = checked.settings, checked.examples, checked.validator
+    ungrounded = checked.ungrounded
+    warnings = list(checked.warnings)
     prompt_path = _find_prompt(prompt_dir, name)
     template, instruction_only = _compile_template(prompt_path)
     pool = None
@@ -241,13 +240,69 @@ def load_task(
         ungrounded=ungrounded,
         warnings=tuple(warnings),
         engine_schema=decoding.engine_schema(schema),
-        typed=typed,
+        typed=checked.typed,
         pool=pool,
         instruction_only=instruction_only,
     )
     _check_renders(task)
     if root is not None:
         task = _with_adapter(where, task, root)
+    return task
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """What the schema-level load checks produce."""
+
+    settings: TaskSettings
+    examples: tuple[Example, ...]
+    warnings: tuple[str, ...]
+    typed: TypedModel | None
+    validator: Draft202012Validator
+    ungrounded: frozenset[str]
+
+
+def _check_all(where: str, schema: dict[str, Any], name: str, backend: GrammarBackend) -> _Checked:
+    """Every load check of a schema: meta-schema and refs, settings, unenforced keywords, typing, examples."""
+    _check_schema(where, schema)
+    settings, examples = _read_settings(where, schema)
+    warnings = _check_unenforced(where, schema, backend, allow=settings.allow_unenforced)
+    warnings += [f"{where}: {w}" for w in grounded_decoding.check(schema)]
+    typed, typed_warnings = _build_typed(where, schema, name)
+    warnings += typed_warnings
+    validator = Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+    ungrounded = grounding.ungrounded_paths(schema)
+    _check_examples(where, examples, validator, ungrounded)
+    return _Checked(settings, examples, tuple(warnings), typed, validator, ungrounded)
+
+
+_SCHEMA_ONLY_TEMPLATE = "Answer with one JSON object that follows this schema: {{ schema }}"
+
+
+def task_from_schema(name: str, schema: dict[str, Any], *, where: str, backend: GrammarBackend = "guidance") -> Task:
+    """A task built in memory from a schema alone (no files), under the same checks as a catalog task.
+
+    Its prompt is a one-line instruction; a caller with its own chat sets ``conversation``
+    (``dataclasses.replace``). Raises :class:`TaskError` naming ``where`` and the JSON pointer.
+    """
+    checked = _check_all(where, schema, name, backend)
+    task = Task(
+        name=name,
+        schema=schema,
+        schema_path=Path(where),
+        prompt_path=Path(where),
+        template=_JINJA.from_string(_SCHEMA_ONLY_TEMPLATE),
+        settings=checked.settings,
+        examples=checked.examples,
+        fields=describe_fields(schema),
+        validator=checked.validator,
+        ungrounded=checked.ungrounded,
+        warnings=checked.warnings,
+        engine_schema=decoding.engine_schema(schema),
+        typed=checked.typed,
+        instruction_only=True,
+    )
+    _check_renders(task)
     return task
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -17,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import openai
 import pytest
 
 from extractor import ExtractionFailed, ExtractionResult, Extractor, InputError, Settings
@@ -25,6 +27,7 @@ from extractor.engines.remote import RemoteEngine
 from extractor.models import resolve_model_dir
 from extractor.server import create_app
 
+from .test_openai import serve
 from .test_real_engine import SNIPS, assert_grounded_and_valid
 from .test_server_process import free_port
 
@@ -144,3 +147,38 @@ async def test_service_ready_on_the_remote_engine(vllm_server: str) -> None:
         assert response.status_code == 200 and response.json()["data"]["name"]
     finally:
         await extractor.aclose()
+
+
+def test_openai_client_gets_the_same_json_from_vllm_serve_and_extractor(vllm_server: str) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 30}, "country": {"type": "string", "maxLength": 30}},
+        "required": ["city", "country"],
+        "additionalProperties": False,
+    }
+    messages = [
+        {"role": "system", "content": "Extract the city and the country. Answer in JSON."},
+        {"role": "user", "content": "The Eiffel Tower stands in Paris, France."},
+    ]
+
+    def ask(base_url: str) -> object:  # the same code for both servers: only base_url differs
+        client = openai.OpenAI(base_url=base_url, api_key="unused", timeout=300)
+        model = client.models.list().data[0].id
+        completion = client.chat.completions.create(
+            model=model,
+            messages=messages,  # type: ignore[arg-type]
+            response_format={"type": "json_schema", "json_schema": {"name": "place", "schema": schema}},
+            temperature=0,
+            max_tokens=64,
+        )
+        return json.loads(completion.choices[0].message.content or "")
+
+    with Extractor(settings=Settings.from_env(engine="remote", remote_urls=vllm_server)) as extractor:
+        for url in serve(extractor):
+            deadline = time.monotonic() + 60
+            while httpx.get(f"{url}/readyz", timeout=30).status_code != 200:
+                assert time.monotonic() < deadline, "extractor on the remote engine did not turn ready"
+                time.sleep(0.5)
+            from_vllm, from_extractor = ask(f"{vllm_server}/v1"), ask(f"{url}/v1")
+    assert from_vllm == from_extractor
+    assert isinstance(from_extractor, dict) and set(from_extractor) == {"city", "country"}

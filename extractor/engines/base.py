@@ -31,6 +31,8 @@ class GenerationRequest:
     stop: Sequence[str] = field(default_factory=tuple)
     # A LoRA adapter folder (``extractor train``) to generate with; None: the base model.
     adapter: str | None = None
+    top_p: float | None = None  # None: the engine's default (1.0)
+    seed: int | None = None
 
     def __post_init__(self) -> None:
         if self.json_schema is not None and self.grammar is not None:

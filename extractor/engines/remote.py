@@ -64,6 +64,10 @@ def chat_payload(request: GenerationRequest, *, model: str, stream: bool = False
     }
     if request.stop:
         body["stop"] = list(request.stop)
+    if request.top_p is not None:
+        body["top_p"] = request.top_p
+    if request.seed is not None:
+        body["seed"] = request.seed
     if request.grammar is not None:
         # vLLM's own field (never beside response_format); the server's backend must read Lark:
         # start it with --structured-outputs-config '{"backend": "guidance"}'.

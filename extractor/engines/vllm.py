@@ -170,6 +170,8 @@ class VLLMEngine:
             max_tokens=request.max_tokens,
             stop=list(request.stop) or None,
             structured_outputs=structured,
+            top_p=1.0 if request.top_p is None else request.top_p,
+            seed=request.seed,
         )
 
     def _lora(self, request: GenerationRequest) -> Any:

@@ -13,6 +13,7 @@ from starlette.exceptions import HTTPException
 
 from extractor.api import Extractor
 from extractor.errors import ExtractorError
+from extractor.server import openai
 from extractor.server.errors import NOT_FOUND_MESSAGE, error_response
 from extractor.server.middleware import HttpGate
 from extractor.server.protocol import ErrorOut
@@ -46,11 +47,13 @@ def create_app(extractor: Extractor, *, start_engine: bool = True, close_engine:
     app.state.extractor = extractor
     app.state.service = service
     app.include_router(router)
+    openai.install(app, service)
     app.add_middleware(
         HttpGate,
         metrics=service.metrics,
         max_body_bytes=extractor.settings.max_body_bytes,
         task_label=service.task_label,
+        error_shapes=[(openai.PREFIX + "/", openai.error_response)],
     )
 
     @app.exception_handler(ExtractorError)

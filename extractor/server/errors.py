@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi.responses import JSONResponse
 
 from extractor.errors import (
+    BadRequestError,
     EngineError,
     EngineNotReadyError,
     ExtractionFailed,
@@ -13,6 +14,7 @@ from extractor.errors import (
     OverloadedError,
     PayloadTooLargeError,
     RequestTimeoutError,
+    TaskError,
     TaskNotLoadedError,
     UnknownTaskError,
 )
@@ -25,6 +27,8 @@ _STATUS: list[tuple[type[ExtractorError], int, str]] = [
     (TaskNotLoadedError, 404, "not_loaded"),
     (ExtractionFailed, 422, "extraction_failed"),
     (PayloadTooLargeError, 413, "too_large"),
+    (BadRequestError, 400, "bad_request"),
+    (TaskError, 400, "bad_schema"),  # a schema sent with the request (the OpenAI front's response_format)
     (InputError, 422, "bad_input"),
     (OverloadedError, 429, "overloaded"),
     (EngineNotReadyError, 503, "not_ready"),

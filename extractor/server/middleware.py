@@ -13,16 +13,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from extractor.errors import PayloadTooLargeError
+from extractor.errors import ExtractorError, PayloadTooLargeError
 from extractor.server.errors import error_response
 from extractor.server.metrics import Metrics
 
 CLIENT_GONE = 499  # nginx's code for a client that closed the connection before the answer
+# A handler may set ``scope[METRICS_LABELS] = {"route": ..., "task": ...}`` to name its request
+# in the metrics otherwise than by route template and ``{task}`` path parameter (the OpenAI front).
+METRICS_LABELS = "extractor.metrics_labels"
 _WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
 
 
@@ -34,12 +38,20 @@ class HttpGate:
     """Wraps the app; see the module docstring."""
 
     def __init__(
-        self, app: ASGIApp, *, metrics: Metrics, max_body_bytes: int, task_label: Callable[[Any], str]
+        self,
+        app: ASGIApp,
+        *,
+        metrics: Metrics,
+        max_body_bytes: int,
+        task_label: Callable[[Any], str],
+        error_shapes: Sequence[tuple[str, Callable[[ExtractorError], Response]]] = (),
     ) -> None:
         self.app = app
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
         self.task_label = task_label
+        # (path prefix, error response) for APIs with an error shape of their own (the OpenAI front's)
+        self.error_shapes = tuple(error_shapes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -62,9 +74,10 @@ class HttpGate:
                 await self.app(scope, receive, tracked_send)
         finally:
             route = scope.get("route")
+            named = scope.get(METRICS_LABELS, {})
             self.metrics.observe_request(
-                route=getattr(route, "path", "-"),
-                task=self.task_label(scope.get("path_params", {}).get("task")),
+                route=named.get("route") or getattr(route, "path", "-"),
+                task=self.task_label(named.get("task", scope.get("path_params", {}).get("task"))),
                 status=status,
                 seconds=time.perf_counter() - started,
             )
@@ -145,4 +158,6 @@ class HttpGate:
             "send less, or split a batch"
         )
         with contextlib.suppress(OSError):
-            await error_response(error)(scope, receive, send)
+            path = str(scope.get("path", ""))
+            respond = next((r for prefix, r in self.error_shapes if path.startswith(prefix)), error_response)
+            await respond(error)(scope, receive, send)

@@ -13,7 +13,7 @@ import jinja2
 import jinja2.meta
 
 from extractor.api import Extractor
-from extractor.engines.base import GenerationRequest, stream_text
+from extractor.engines.base import Generation, GenerationRequest, stream_text
 from extractor.errors import (
     EngineNotReadyError,
     ExtractionFailed,
@@ -24,6 +24,7 @@ from extractor.errors import (
     TaskNotLoadedError,
     UnknownTaskError,
 )
+from extractor.pipeline import Options
 from extractor.results import ExtractionResult
 from extractor.server import chat
 from extractor.server.admission import Admission, Ticket
@@ -195,26 +196,41 @@ class Service:
         with self.admission.admit(len(items)):
             return list(await asyncio.gather(*(one(item.text) for item in items)))
 
+    async def extract_task(self, task: Task, text: str, options: Options, *, label: str) -> ExtractionResult:
+        """One extraction of a task object (a catalog task or one built from a request's schema).
+
+        The checks, admission, deadline and metrics of :meth:`extract`; ``label`` is the metrics
+        task label (a catalog name, or ``-``: a client must not grow the label set).
+        """
+        self._check_text(text)
+        await self._accepting()
+        with self.admission.admit(1):
+            return await self._run_task(task, text, options, label=label, deadline=self._deadline())
+
     async def _run(self, task: str, text: str, options: ExtractOptions, *, deadline: float) -> ExtractionResult:
+        overrides = Options(
+            temperature=options.temperature,
+            max_tokens=options.max_tokens,
+            max_attempts=options.max_attempts,
+            grounding=options.grounding,
+            chunk=options.chunk,
+            grounded_decoding=options.grounded_decoding,
+        )
+        return await self._run_task(self.task(task), text, overrides, label=task, deadline=deadline)
+
+    async def _run_task(
+        self, task: Task, text: str, options: Options, *, label: str, deadline: float
+    ) -> ExtractionResult:
         try:
             async with asyncio.timeout_at(deadline), self.admission.slot():
-                result = await self.extractor.aextract(
-                    task,
-                    text,
-                    temperature=options.temperature,
-                    max_tokens=options.max_tokens,
-                    max_attempts=options.max_attempts,
-                    grounding=options.grounding,
-                    chunk=options.chunk,
-                    grounded_decoding=options.grounded_decoding,
-                )
+                result = await self.extractor.arun(task, text, options=options)
         except TimeoutError:
             raise self._timed_out() from None
         except ExtractionFailed as failed:
-            self.metrics.observe_attempts(task, failed.attempts)
+            self.metrics.observe_attempts(label, failed.attempts)
             raise
-        self.metrics.observe_attempts(task, result.attempts)
-        self.metrics.observe_result(task, result.grounded_decoding)
+        self.metrics.observe_attempts(label, result.attempts)
+        self.metrics.observe_result(label, result.grounded_decoding)
         return result
 
     # -- chat -----------------------------------------------------------------------------
@@ -241,6 +257,15 @@ class Service:
         """Room for one chat (503 or 429 when there is none); release it when the chat ends."""
         await self._accepting()
         return self.admission.admit(1)
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        """One engine generation for an admitted chat, under the request deadline."""
+        deadline = self._deadline()
+        try:
+            async with asyncio.timeout_at(deadline), self.admission.slot():
+                return await self.extractor.engine.generate(request)
+        except TimeoutError:
+            raise self._timed_out() from None
 
     async def chat(self, request: GenerationRequest, stop_words: Sequence[str]) -> AsyncGenerator[str, None]:
         """Cumulative text of an admitted chat, cut at a stop word, under the request deadline."""
