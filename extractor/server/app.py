@@ -18,6 +18,7 @@ from extractor.server.middleware import HttpGate
 from extractor.server.protocol import ErrorOut
 from extractor.server.routes import router
 from extractor.server.service import Service
+from extractor.server.strict_json import StrictJsonGate
 
 __all__ = ["NOT_FOUND_MESSAGE", "create_app", "error_response"]
 
@@ -46,6 +47,7 @@ def create_app(extractor: Extractor, *, start_engine: bool = True, close_engine:
     app.state.extractor = extractor
     app.state.service = service
     app.include_router(router)
+    app.add_middleware(StrictJsonGate)  # inside the gate: it sees the body once the gate has read it
     app.add_middleware(
         HttpGate,
         metrics=service.metrics,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi.responses import JSONResponse
 
 from extractor.errors import (
+    BadJsonError,
     EngineError,
     EngineNotReadyError,
     ExtractionFailed,
@@ -25,6 +26,7 @@ _STATUS: list[tuple[type[ExtractorError], int, str]] = [
     (TaskNotLoadedError, 404, "not_loaded"),
     (ExtractionFailed, 422, "extraction_failed"),
     (PayloadTooLargeError, 413, "too_large"),
+    (BadJsonError, 400, "bad_json"),
     (InputError, 422, "bad_input"),
     (OverloadedError, 429, "overloaded"),
     (EngineNotReadyError, 503, "not_ready"),
