@@ -74,6 +74,10 @@ class BadJsonError(InputError):
     """A request body is not JSON we accept (not UTF-8, duplicate keys, NaN, too deep...); the message says where."""
 
 
+class BodyTimeoutError(InputError):
+    """The request body did not arrive within ``body_timeout_s`` (a slow or stalled client)."""
+
+
 class EngineError(ExtractorError):
     """The generation engine failed or is not available."""
 

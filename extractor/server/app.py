@@ -13,6 +13,7 @@ from starlette.exceptions import HTTPException
 
 from extractor.api import Extractor
 from extractor.errors import ExtractorError
+from extractor.server import access
 from extractor.server.errors import NOT_FOUND_MESSAGE, error_response
 from extractor.server.middleware import HttpGate
 from extractor.server.protocol import ErrorOut
@@ -53,7 +54,9 @@ def create_app(extractor: Extractor, *, start_engine: bool = True, close_engine:
         metrics=service.metrics,
         max_body_bytes=extractor.settings.max_body_bytes,
         task_label=service.task_label,
+        body_timeout_s=extractor.settings.body_timeout_s,
     )
+    access.install(app, extractor.settings)  # outermost: API keys before any body is read, CORS
 
     @app.exception_handler(ExtractorError)
     async def on_extractor_error(request: Request, error: ExtractorError) -> JSONResponse:

@@ -6,6 +6,7 @@ from fastapi.responses import JSONResponse
 
 from extractor.errors import (
     BadJsonError,
+    BodyTimeoutError,
     EngineError,
     EngineNotReadyError,
     ExtractionFailed,
@@ -27,6 +28,7 @@ _STATUS: list[tuple[type[ExtractorError], int, str]] = [
     (ExtractionFailed, 422, "extraction_failed"),
     (PayloadTooLargeError, 413, "too_large"),
     (BadJsonError, 400, "bad_json"),
+    (BodyTimeoutError, 408, "body_timeout"),
     (InputError, 422, "bad_input"),
     (OverloadedError, 429, "overloaded"),
     (EngineNotReadyError, 503, "not_ready"),

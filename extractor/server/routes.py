@@ -47,6 +47,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
             "a number over 100 characters, nesting over 32 levels",
         ),
         (404, "unknown task"),
+        (408, "the body did not arrive within body_timeout_s"),
         (413, "body or text over the limit"),
         (422, "bad body, or no valid result after every attempt"),
         (429, "over the admission limit (see Retry-After)"),
