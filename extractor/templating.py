@@ -5,7 +5,7 @@ and caps ``range`` at 100,000 items, but not work or size: ``'x' * 10**9`` alloc
 nested loops run for hours, a doubling macro grows without end. Here:
 
 - **time**: a render stops after ``MAX_RENDER_S`` (a trace hook on the template's own frames, which
-  every loop iteration and macro call passes through);
+  every loop iteration and macro call passes through, and a check in every filter, call and operator);
 - **output**: a render stops past ``MAX_OUTPUT_CHARS``;
 - **memory**: every operator, call and filter that can make a value bigger than its inputs is
   checked *before* it runs: its result may not exceed ``MAX_VALUE_CHARS``;
@@ -22,14 +22,16 @@ import functools
 import math
 import re
 import sys
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sized
 from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
 import jinja2
 from jinja2.exceptions import SecurityError
+from jinja2.nodes import EvalContext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 MAX_RENDER_S = 2.0
@@ -43,12 +45,39 @@ class TemplateLimitError(SecurityError):
     """A template render went past one of this module's bounds; the message says which."""
 
 
+_render = threading.local()  # this thread's render deadline (monotonic seconds), while one runs
+
+
+def _check_time() -> None:
+    # Also checked from filters and calls: their Python frames are not the template's, and a
+    # filter over a generator can run long without a template line in between.
+    end = getattr(_render, "end", None)
+    if end is not None and time.monotonic() > end:
+        raise TemplateLimitError(f"template: rendering took over {MAX_RENDER_S} s")
+
+
 def _size(value: Any) -> int:
     if isinstance(value, str | bytes):
         return len(value)
     if isinstance(value, list | tuple | dict | set | frozenset):
         return len(value) + sum(len(v) for v in value if isinstance(v, str))
+    if isinstance(value, Sized):  # a range, a dict view...
+        return len(value)
     return 1
+
+
+def _sized(value: Any) -> Any:
+    # A generator (``map``, ``select``...) has no length to bound a filter by: take it whole first. Its
+    # sources are bounded (``range`` by the sandbox, values by this module), so this is too.
+    if isinstance(value, Iterator):
+        items = []
+        for item in value:
+            _check_time()
+            items.append(item)
+            if len(items) > MAX_VALUE_CHARS:
+                raise TemplateLimitError(f"template: a sequence of over {MAX_VALUE_CHARS} items")
+        return items
+    return value
 
 
 def _widths(value: Any) -> int:
@@ -77,8 +106,10 @@ def _estimate(args: tuple[Any, ...], kwargs: dict[str, Any]) -> float:
 def _bounded_filter(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(function)
     def bounded(*args: Any, **kwargs: Any) -> Any:
+        _check_time()
+        args = tuple(_sized(a) for a in args)
         # Filters receive the environment/context first for some pass_arg kinds: skip them.
-        values = tuple(a for a in args if not isinstance(a, jinja2.Environment | jinja2.runtime.Context))
+        values = tuple(a for a in args if not isinstance(a, jinja2.Environment | jinja2.runtime.Context | EvalContext))
         estimate = _estimate(values, kwargs)
         if name == "format" and values:
             estimate += _widths(values[0]) * (1 + len(values))
@@ -102,6 +133,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         self.filters = {name: _bounded_filter(name, f) for name, f in self.filters.items()}
 
     def call_binop(self, context: jinja2.runtime.Context, operator: str, left: Any, right: Any) -> Any:
+        _check_time()
         numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (left, right))
         if operator == "**" and numbers and abs(left) > 1 and right > 0:
             if right * math.log10(abs(left)) > 1000:
@@ -131,6 +163,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         return bounded
 
     def call(self, __context: jinja2.runtime.Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+        _check_time()
         owner = getattr(__obj, "__self__", None)
         bound = (owner, *args) if isinstance(owner, str | list | tuple | dict) else args
         estimate = _estimate(tuple(bound), {k: v for k, v in kwargs.items() if not k.startswith("_")})
@@ -146,7 +179,8 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
 def _deadline(seconds: float) -> Iterator[None]:
     """Raise :class:`TemplateLimitError` in the template's frames once ``seconds`` have passed."""
     end = time.monotonic() + seconds
-    previous = sys.gettrace()
+    previous, outer = sys.gettrace(), getattr(_render, "end", None)
+    _render.end = end if outer is None else min(end, outer)
 
     def local(frame: FrameType, event: str, arg: Any) -> Any:
         if event == "line" and time.monotonic() > end:
@@ -162,6 +196,7 @@ def _deadline(seconds: float) -> Iterator[None]:
         yield
     finally:
         sys.settrace(previous)
+        _render.end = outer
 
 
 class BoundedTemplate(jinja2.Template):

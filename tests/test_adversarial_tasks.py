@@ -204,6 +204,10 @@ HOSTILE_TEMPLATES = {
     "padding": "{{ 'x'|center(10**9) }}{{ '%999999999s' % 'x' }}",
     "format_padding": "{{ '{:>999999999}'.format('x') }}",
     "accumulate": "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+    "replace": "{{ ('x' * 100000)|replace('x', 'y' * 100000) }}",
+    "join": "{{ range(100000)|join('z' * 100000) }}",
+    "map_join": "{{ range(100000)|map('string')|join('z' * 100000) }}",
+    "indent": "{{ ('a\n' * 100000)|indent(100000) }}",
     "mutate": "{% set l = [] %}{% for i in range(100000) %}{{ l.append(l) }}{% endfor %}",
 }
 
