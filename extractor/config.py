@@ -82,6 +82,14 @@ class Settings:
     shutdown_timeout_s: float = 30.0
     chat_max_tokens: int = 512
     scripted_delay_s: float = 0.0
+    # a request body must arrive within this many seconds of the request line (slow clients: 408)
+    body_timeout_s: float = 30.0
+    # access (see README "Limits and guarantees"): API keys, comma-separated, and/or a file of them,
+    # one per line; with any, every route but /healthz and /readyz needs `Authorization: Bearer KEY`
+    api_keys: str | None = field(default=None, repr=False)
+    api_keys_file: str | None = None
+    metrics_open: bool = False  # /metrics without a key (a scraper inside the network)
+    cors_origins: str = ""  # comma-separated origins allowed to call from a browser; empty: CORS off
 
     def __post_init__(self) -> None:
         if self.engine not in ("vllm", "scripted", "remote"):
@@ -110,7 +118,7 @@ class Settings:
             if getattr(self, name) < 0:
                 raise ConfigError(f"EXTRACTOR_{name.upper()}: must be >= 0")
         positive = ("max_in_flight", "max_batch_items", "max_body_bytes", "max_text_chars", "chat_max_tokens")
-        for name in (*positive, "remote_timeout_s", "request_timeout_s", "shutdown_timeout_s"):
+        for name in (*positive, "remote_timeout_s", "request_timeout_s", "shutdown_timeout_s", "body_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"EXTRACTOR_{name.upper()}: must be > 0")
         if self.max_queued < 0 or self.ready_cache_s < 0:

@@ -78,6 +78,14 @@ class PayloadTooLargeError(InputError):
     """A request body, a text or a batch is over a configured limit; the message names it."""
 
 
+class BadJsonError(InputError):
+    """A request body is not JSON we accept (not UTF-8, duplicate keys, NaN, too deep...); the message says where."""
+
+
+class BodyTimeoutError(InputError):
+    """The request body did not arrive within ``body_timeout_s`` (a slow or stalled client)."""
+
+
 class EngineError(ExtractorError):
     """The generation engine failed or is not available."""
 

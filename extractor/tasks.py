@@ -15,10 +15,9 @@ from typing import Any, Literal
 import jinja2
 import jinja2.meta
 import jsonschema
-from jinja2.sandbox import SandboxedEnvironment
 from jsonschema.validators import Draft202012Validator
 
-from extractor import decoding, grounded_decoding, grounding
+from extractor import decoding, grounded_decoding, grounding, limits, patterns, templating
 from extractor.config import MAX_ATTEMPTS_LIMIT, GrammarBackend
 from extractor.engines.base import Message
 from extractor.errors import TaskError, UnknownTaskError
@@ -213,16 +212,20 @@ def load_task(
     where = str(schema_path)
     if not TASK_NAME.match(name):
         raise TaskError(where, "", f"task name {name!r} must match {TASK_NAME.pattern}; rename the file")
+    catalog_root = root if root is not None else schema_path.parent.parent
+    limits.check_file(schema_path, catalog_root)
     schema = _read_schema(schema_path)
     checked = _check_all(where, schema, name, backend)
     settings, examples, validator = checked.settings, checked.examples, checked.validator
     ungrounded = checked.ungrounded
     warnings = list(checked.warnings)
     prompt_path = _find_prompt(prompt_dir, name)
+    limits.check_file(prompt_path, catalog_root)
     template, instruction_only = _compile_template(prompt_path)
     pool = None
     pool_path = example_dir / f"{name}.jsonl" if example_dir is not None else None
     if pool_path is not None and pool_path.is_file():
+        limits.check_inside(pool_path, catalog_root)
         pool = load_pool(pool_path, validator=validator, ungrounded=ungrounded)
         warnings += [f"{p} (line left out)" for p in summarize(pool.problems)]
         if not len(pool):
@@ -239,7 +242,7 @@ def load_task(
         validator=validator,
         ungrounded=ungrounded,
         warnings=tuple(warnings),
-        engine_schema=decoding.engine_schema(schema),
+        engine_schema=checked.engine_schema,
         typed=checked.typed,
         pool=pool,
         instruction_only=instruction_only,
@@ -260,20 +263,27 @@ class _Checked:
     typed: TypedModel | None
     validator: Draft202012Validator
     ungrounded: frozenset[str]
+    engine_schema: dict[str, Any]
 
 
 def _check_all(where: str, schema: dict[str, Any], name: str, backend: GrammarBackend) -> _Checked:
-    """Every load check of a schema: meta-schema and refs, settings, unenforced keywords, typing, examples."""
+    """Every load check of a schema: limits, meta-schema, refs, settings, keywords, typing, examples, compile."""
+    limits.check_schema(where, schema)
     _check_schema(where, schema)
     settings, examples = _read_settings(where, schema)
     warnings = _check_unenforced(where, schema, backend, allow=settings.allow_unenforced)
     warnings += [f"{where}: {w}" for w in grounded_decoding.check(schema)]
     typed, typed_warnings = _build_typed(where, schema, name)
     warnings += typed_warnings
-    validator = Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+    # pattern, patternProperties and format "regex" on RE2 (linear time: no ReDoS)
+    validator = patterns.linear_time(Draft202012Validator)(
+        schema, format_checker=patterns.format_checker(Draft202012Validator.FORMAT_CHECKER)
+    )
     ungrounded = grounding.ungrounded_paths(schema)
     _check_examples(where, examples, validator, ungrounded)
-    return _Checked(settings, examples, tuple(warnings), typed, validator, ungrounded)
+    engine_schema = decoding.engine_schema(schema)
+    warnings += limits.check_compiles(where, engine_schema, backend=backend, allow_unenforced=settings.allow_unenforced)
+    return _Checked(settings, examples, tuple(warnings), typed, validator, ungrounded, engine_schema)
 
 
 _SCHEMA_ONLY_TEMPLATE = "Answer with one JSON object that follows this schema: {{ schema }}"
@@ -298,7 +308,7 @@ def task_from_schema(name: str, schema: dict[str, Any], *, where: str, backend: 
         validator=checked.validator,
         ungrounded=checked.ungrounded,
         warnings=checked.warnings,
-        engine_schema=decoding.engine_schema(schema),
+        engine_schema=checked.engine_schema,
         typed=checked.typed,
         instruction_only=True,
     )
@@ -482,7 +492,7 @@ def _find_prompt(prompt_dir: Path, name: str) -> Path:
     return found[0]
 
 
-_JINJA = SandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
+_JINJA = templating.environment()  # sandboxed, and bounded in time, output and memory
 
 
 def _compile_template(path: Path) -> tuple[jinja2.Template, bool]:

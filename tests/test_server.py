@@ -441,7 +441,8 @@ async def test_body_without_json_content_type_says_so(client: httpx.AsyncClient)
 
 async def test_invalid_json_names_the_problem(client: httpx.AsyncClient) -> None:
     response = await client.post("/extract/landmark_slots", content=b'{"text": ', headers=JSON)
-    assert response.status_code == 422 and "not valid JSON" in response.json()["message"]
+    assert response.status_code == 400 and "not valid JSON" in response.json()["message"]
+    assert response.json()["error"] == "bad_json"
 
 
 async def test_lone_surrogates_are_bad_input(client: httpx.AsyncClient) -> None:

@@ -13,12 +13,13 @@ from starlette.exceptions import HTTPException
 
 from extractor.api import Extractor
 from extractor.errors import ExtractorError
-from extractor.server import openai
+from extractor.server import access, openai
 from extractor.server.errors import NOT_FOUND_MESSAGE, error_response
 from extractor.server.middleware import HttpGate
 from extractor.server.protocol import ErrorOut
 from extractor.server.routes import router
 from extractor.server.service import Service
+from extractor.server.strict_json import StrictJsonGate
 
 __all__ = ["NOT_FOUND_MESSAGE", "create_app", "error_response"]
 
@@ -48,13 +49,16 @@ def create_app(extractor: Extractor, *, start_engine: bool = True, close_engine:
     app.state.service = service
     app.include_router(router)
     openai.install(app, service)
+    app.add_middleware(StrictJsonGate)  # inside the gate: it sees the body once the gate has read it
     app.add_middleware(
         HttpGate,
         metrics=service.metrics,
         max_body_bytes=extractor.settings.max_body_bytes,
         task_label=service.task_label,
         error_shapes=[(openai.PREFIX + "/", openai.error_response)],
+        body_timeout_s=extractor.settings.body_timeout_s,
     )
+    access.install(app, extractor.settings)  # outermost: API keys before any body is read, CORS
 
     @app.exception_handler(ExtractorError)
     async def on_extractor_error(request: Request, error: ExtractorError) -> JSONResponse:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from fastapi.responses import JSONResponse
 
 from extractor.errors import (
+    BadJsonError,
     BadRequestError,
+    BodyTimeoutError,
     EngineError,
     EngineNotReadyError,
     ExtractionFailed,
@@ -29,6 +31,8 @@ _STATUS: list[tuple[type[ExtractorError], int, str]] = [
     (PayloadTooLargeError, 413, "too_large"),
     (BadRequestError, 400, "bad_request"),
     (TaskError, 400, "bad_schema"),  # a schema sent with the request (the OpenAI front's response_format)
+    (BadJsonError, 400, "bad_json"),
+    (BodyTimeoutError, 408, "body_timeout"),
     (InputError, 422, "bad_input"),
     (OverloadedError, 429, "overloaded"),
     (EngineNotReadyError, 503, "not_ready"),

@@ -1,7 +1,8 @@
 """The HTTP gate, a plain ASGI middleware: body limit, client disconnects, request metrics.
 
 - A body over ``max_body_bytes`` gets 413 from its ``Content-Length`` or while it is read,
-  before any parsing.
+  before any parsing; a body still incomplete ``body_timeout_s`` after the request began gets
+  408 and the connection is closed (a slow-loris client holds nothing for long).
 - Once the body is read, the request runs in a task of its own while the gate listens for the
   client going away: a disconnect cancels the task, and cancelling aborts the engine request.
 - Every request is counted by route template, task (a catalog name or ``-``) and status
@@ -19,7 +20,7 @@ from typing import Any
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from extractor.errors import ExtractorError, PayloadTooLargeError
+from extractor.errors import BodyTimeoutError, ExtractorError, PayloadTooLargeError
 from extractor.server.errors import error_response
 from extractor.server.metrics import Metrics
 
@@ -45,8 +46,10 @@ class HttpGate:
         max_body_bytes: int,
         task_label: Callable[[Any], str],
         error_shapes: Sequence[tuple[str, Callable[[ExtractorError], Response]]] = (),
+        body_timeout_s: float | None = None,
     ) -> None:
         self.app = app
+        self.body_timeout_s = body_timeout_s
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
         self.task_label = task_label
@@ -139,8 +142,14 @@ class HttpGate:
             return None
         chunks: list[bytes] = []
         size = 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.body_timeout_s if self.body_timeout_s is not None else None
         while True:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), None if deadline is None else deadline - loop.time())
+            except TimeoutError:
+                await self._timed_out(scope, receive, send)
+                return None
             if message["type"] == "http.disconnect":
                 raise _ClientGone
             chunk = message.get("body", b"")
@@ -152,12 +161,27 @@ class HttpGate:
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
+    async def _timed_out(self, scope: Scope, receive: Receive, send: Send) -> None:
+        error = BodyTimeoutError(
+            f"the request body did not arrive within {self.body_timeout_s} s (EXTRACTOR_BODY_TIMEOUT_S)"
+        )
+        response = self._shaped(scope, error)
+        response.headers["connection"] = "close"
+        with contextlib.suppress(OSError):
+            await response(scope, receive, send)
+
+    def _shaped(self, scope: Scope, error: ExtractorError) -> Response:
+        """The error in the shape of the route asked (the OpenAI front's under /v1), else the service's."""
+        path = str(scope.get("path", ""))
+        respond = next((r for prefix, r in self.error_shapes if path.startswith(prefix)), error_response)
+        return respond(error)
+
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         error = PayloadTooLargeError(
             f"the request body is over {self.max_body_bytes} bytes (EXTRACTOR_MAX_BODY_BYTES); "
             "send less, or split a batch"
         )
+        response = self._shaped(scope, error)
+        response.headers["connection"] = "close"  # the rest of the body is never read: end the connection
         with contextlib.suppress(OSError):
-            path = str(scope.get("path", ""))
-            respond = next((r for prefix, r in self.error_shapes if path.startswith(prefix)), error_response)
-            await respond(error)(scope, receive, send)
+            await response(scope, receive, send)

@@ -2,21 +2,37 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from extractor.results import Attempt, ExtractionResult
+
+# Every request body is strict, on every route: a value of the wrong JSON type is a 422 naming the
+# field, never coerced (no `false` for a number, no `0` for a boolean, no `"5"` for an integer).
+STRICT = ConfigDict(extra="forbid", strict=True)
+
+
+def _integral(value: Any) -> Any:
+    # JSON Schema's integer is a number with no fractional part: 3.0 is one, as the document says.
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+Integer = Annotated[int, BeforeValidator(_integral)]
+AttemptCount = Annotated[int, Field(ge=1, le=3), BeforeValidator(_integral)]
+TokenCount = Annotated[int, Field(ge=1, le=8192), BeforeValidator(_integral)]
+# A JSON array is the wire form of a tuple (strict mode alone takes tuples only); its items stay strict.
+Turn = Annotated[tuple[str, str], BeforeValidator(lambda v: tuple(v) if isinstance(v, list) else v)]
 
 
 class ExtractOptions(BaseModel):
     """Per-request overrides of the task's settings."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     temperature: float | None = Field(default=None, ge=0, le=2)
-    max_attempts: int | None = Field(default=None, ge=1, le=3)
-    max_tokens: int | None = Field(default=None, ge=1, le=8192)
+    max_attempts: AttemptCount | None = None
+    max_tokens: TokenCount | None = None
     grounding: Literal["strict", "flag", "off"] | None = None
     chunk: bool | None = Field(
         default=None, description="split a text longer than the window (None: the task's setting)"
@@ -29,7 +45,7 @@ class ExtractOptions(BaseModel):
 class ExtractRequest(BaseModel):
     """Body of ``POST /extract/{task}``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     text: str = Field(min_length=1, description="the text to extract from")
     options: ExtractOptions = Field(default_factory=ExtractOptions)
@@ -38,16 +54,16 @@ class ExtractRequest(BaseModel):
 class BatchItem(BaseModel):
     """One text of a batch. Problems with the text itself become this item's error record."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
-    id: str | int | None = Field(default=None, description="echoed in the item's result, for matching")
+    id: str | Integer | None = Field(default=None, description="echoed in the item's result, for matching")
     text: str
 
 
 class BatchRequest(BaseModel):
     """Body of ``POST /extract/{task}/batch``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     items: list[BatchItem] = Field(min_length=1)
     options: ExtractOptions = Field(default_factory=ExtractOptions)
@@ -147,16 +163,14 @@ class ReadyOut(BaseModel):
 class ChatRequest(BaseModel):
     """Body of ``POST /chat``, the seed server's."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     query: str = Field(min_length=1, description="the user's message")
-    history: list[tuple[str, str]] = Field(
-        default_factory=list, description="earlier [user, assistant] turns, oldest first"
-    )
+    history: list[Turn] = Field(default_factory=list, description="earlier [user, assistant] turns, oldest first")
     system: str = "You are a helpful assistant."
     stream: bool = Field(default=False, description="stream cumulative {'text'} JSON objects, each followed by \\0")
     user_stop_words: list[str] = Field(default_factory=list, description="stop (and strip) when the text ends in one")
-    max_tokens: int | None = Field(default=None, ge=1, le=8192, description="default: EXTRACTOR_CHAT_MAX_TOKENS")
+    max_tokens: TokenCount | None = Field(default=None, description="default: EXTRACTOR_CHAT_MAX_TOKENS")
     temperature: float = Field(default=0.7, ge=0, le=2)
 
 

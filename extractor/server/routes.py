@@ -41,7 +41,13 @@ CHAT_SEPARATOR = b"\0"
 _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorOut, "description": text}
     for status, text in [
+        (
+            400,
+            "the body is not JSON we accept: not UTF-8, malformed, a duplicate key, NaN or Infinity, "
+            "a number over 100 characters, nesting over 32 levels",
+        ),
         (404, "unknown task"),
+        (408, "the body did not arrive within body_timeout_s"),
         (413, "body or text over the limit"),
         (422, "bad body, or no valid result after every attempt"),
         (429, "over the admission limit (see Retry-After)"),

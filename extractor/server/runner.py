@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from types import FrameType
 
 import uvicorn
 
 from extractor.api import Extractor
+from extractor.server.access import exposure_warning
 from extractor.server.app import create_app
 from extractor.server.service import Service
 
@@ -33,6 +35,9 @@ def serve(extractor: Extractor, *, access_log: bool = True) -> None:
     uvicorn re-raises the signal once it has shut down, so the process ends as signalled.
     """
     settings = extractor.settings
+    warning = exposure_warning(settings)
+    if warning:
+        logging.getLogger("extractor").warning("%s", warning)
     app = create_app(extractor, close_engine=True)
     config = uvicorn.Config(
         app,
