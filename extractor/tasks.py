@@ -16,10 +16,12 @@ import jinja2
 import jinja2.meta
 import jsonschema
 from jinja2.sandbox import SandboxedEnvironment
+from jsonschema.protocols import Validator
 from jsonschema.validators import Draft202012Validator
 
 from extractor import decoding, grounded_decoding, grounding
 from extractor.config import MAX_ATTEMPTS_LIMIT, GrammarBackend
+from extractor.constraints import task_schema
 from extractor.errors import TaskError, UnknownTaskError
 from extractor.examples.pool import Example, ExamplePool, PoolSettings, load_pool, summarize
 from extractor.typed import TypedModel, model_for_schema
@@ -122,7 +124,7 @@ class Task:
     settings: TaskSettings
     examples: tuple[Example, ...]
     fields: tuple[FieldInfo, ...]
-    validator: Draft202012Validator
+    validator: Validator
     ungrounded: frozenset[str]
     warnings: tuple[str, ...] = ()
     engine_schema: Mapping[str, Any] = field(default_factory=dict)
@@ -134,6 +136,11 @@ class Task:
     instruction_only: bool = False
     # A LoRA adapter trained for this task (``extractor train``): its requests go through it.
     adapter: Path | None = None
+    # The schema as written (``schema`` is it in 2020-12 terms, as decoded), its draft, and the
+    # property a non-object top level is wrapped in for decoding (None: not wrapped).
+    source_schema: Mapping[str, Any] = field(default_factory=dict)
+    draft: str = "2020-12"
+    wrapped: str | None = None
 
     @property
     def uses_pool(self) -> bool:
@@ -209,22 +216,28 @@ def load_task(
     where = str(schema_path)
     if not TASK_NAME.match(name):
         raise TaskError(where, "", f"task name {name!r} must match {TASK_NAME.pattern}; rename the file")
-    schema = _read_schema(schema_path)
+    source = _read_schema(schema_path)
+    settings, examples = _read_settings(where, source)
+    prepared = task_schema.prepare(where, source, backend=backend, allow_unenforced=settings.allow_unenforced)
+    schema = prepared.schema  # 2020-12, an object top level, only what decoding enforces
     _check_schema(where, schema)
-    settings, examples = _read_settings(where, schema)
-    warnings = _check_unenforced(where, schema, backend, allow=settings.allow_unenforced)
+    warnings = list(prepared.warnings)
     warnings += [f"{where}: {w}" for w in grounded_decoding.check(schema)]
-    typed, typed_warnings = _build_typed(where, schema, name)
+    typed, typed_warnings = _build_typed(where, prepared.meaning or schema, name)
     warnings += typed_warnings
-    validator = Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+    validator = prepared.validator
     ungrounded = grounding.ungrounded_paths(schema)
-    _check_examples(where, examples, validator, ungrounded)
+    # Examples are written as the schema describes them (unwrapped) and shown as decoded.
+    as_written = task_schema.as_written(prepared, ungrounded)
+    _check_examples(where, examples, *as_written)
+    examples = task_schema.wrap_examples(prepared, examples)
     prompt_path = _find_prompt(prompt_dir, name)
     template, instruction_only = _compile_template(prompt_path)
     pool = None
     pool_path = example_dir / f"{name}.jsonl" if example_dir is not None else None
     if pool_path is not None and pool_path.is_file():
-        pool = load_pool(pool_path, validator=validator, ungrounded=ungrounded)
+        pool = load_pool(pool_path, validator=as_written[0], ungrounded=as_written[1])
+        pool = replace(pool, examples=task_schema.wrap_examples(prepared, pool.examples))
         warnings += [f"{p} (line left out)" for p in summarize(pool.problems)]
         if not len(pool):
             warnings.append(f"{pool_path}: no usable line; the fixed examples are used")
@@ -244,6 +257,9 @@ def load_task(
         typed=typed,
         pool=pool,
         instruction_only=instruction_only,
+        source_schema=source,
+        draft=prepared.draft.name,
+        wrapped=prepared.wrapped,
     )
     _check_renders(task)
     if root is not None:
@@ -291,15 +307,7 @@ def _pointer(parts: Sequence[Any]) -> str:
 
 
 def _check_schema(where: str, schema: dict[str, Any]) -> None:
-    declared = schema.get("$schema")
-    if declared is not None and "2020-12" not in str(declared):
-        raise TaskError(where, "#/$schema", f"use JSON Schema 2020-12, not {declared!r}")
-    try:
-        Draft202012Validator.check_schema(schema)
-    except jsonschema.SchemaError as error:
-        raise TaskError(where, _pointer(list(error.path)), f"invalid schema: {error.message}") from None
-    if schema.get("type") != "object":
-        raise TaskError(where, "#/type", 'the top level must be {"type": "object"}')
+    # ``schema`` is already checked by its own draft and translated (extractor.constraints.task_schema).
     for pointer, sub in decoding.walk(schema):
         for key in ("$ref", "$dynamicRef"):
             ref = sub.get(key)
@@ -390,22 +398,7 @@ def _build_typed(where: str, schema: Mapping[str, Any], name: str) -> tuple[Type
     return typed, [f"{where}: {w} (in result.value)" for w in typed.warnings]
 
 
-def _check_unenforced(where: str, schema: Mapping[str, Any], backend: GrammarBackend, *, allow: bool) -> list[str]:
-    found = decoding.unenforced_keywords(schema, backend)
-    if found and not allow:
-        pointer, reason = found[0]
-        raise TaskError(
-            where,
-            pointer,
-            f'{reason}; remove it, or set "{SETTINGS_KEY}": {{"allow_unenforced": true}} to rely on '
-            "validation and re-asking alone",
-        )
-    return [f"{where}: {pointer}: {reason} (checked after generation only)" for pointer, reason in found]
-
-
-def _check_examples(
-    where: str, examples: Sequence[Example], validator: Draft202012Validator, ungrounded: frozenset[str]
-) -> None:
+def _check_examples(where: str, examples: Sequence[Example], validator: Validator, ungrounded: frozenset[str]) -> None:
     for i, example in enumerate(examples):
         base = f"#/{SETTINGS_KEY}/examples/{i}/output"
         error = jsonschema.exceptions.best_match(validator.iter_errors(example.output))
