@@ -90,7 +90,8 @@ _IDENTITY_KEYS = frozenset({"$schema", "id", "$id", "$anchor", "$dynamicAnchor",
 _REF_KEYS = ("$ref", "$recursiveRef", "$dynamicRef")
 # Kept beside a draft-04/06/07 ``$ref`` although the draft ignores them: they only describe.
 _ANNOTATIONS = frozenset({"title", "description", "$comment", "$defs", "definitions"})
-_ALL_2020 = frozenset(Draft202012Validator.VALIDATORS)
+# Every 2020-12 keyword (``then``/``else`` are read by the ``if`` validator, so they are added).
+_ALL_2020 = frozenset(Draft202012Validator.VALIDATORS) | {"then", "else"}
 
 
 class DraftError(Exception):
@@ -188,7 +189,8 @@ class _Translation:
     def __init__(self, schema: Mapping[str, Any], draft: Draft) -> None:
         self.source = schema
         self.draft = draft
-        self.known = frozenset(draft.validator.VALIDATORS)
+        known = frozenset(draft.validator.VALIDATORS)
+        self.known = known | {"then", "else"} if "if" in known else known
         spec = referencing.jsonschema.specification_with(draft.uri)
         resource = spec.create_resource(schema)
         self.spec = spec

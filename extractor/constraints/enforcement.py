@@ -117,8 +117,9 @@ def check(schema: Mapping[str, Any]) -> Decodable:
         error = compile_error(_skeleton(node))
         if error is None:
             continue
+        why = "llguidance does not implement it" if error.startswith("Unimplemented keys") else _short(error)
         for keyword in _blamed(error, node, compile_error):
-            found.append(Unenforced(f"{pointer}/{keyword}", keyword, _short(error)))
+            found.append(Unenforced(f"{pointer}/{keyword}", keyword, why))
             for key in _TOGETHER.get(keyword, (keyword,)):
                 node.pop(key, None)
     error = compile_error(decodable)
@@ -139,7 +140,7 @@ def _static(schema: Mapping[str, Any]) -> list[Unenforced]:
     for pointer, node in list(walk(schema)):
         for keyword in [k for k in node if k in UNIMPLEMENTED]:
             if keyword in node and isinstance(node, dict):
-                found.append(Unenforced(f"{pointer}/{keyword}", keyword, f"Unimplemented keys: [{keyword!r}]"))
+                found.append(Unenforced(f"{pointer}/{keyword}", keyword, "llguidance 1.7.6 does not implement it"))
                 for key in _TOGETHER.get(keyword, (keyword,)):
                     node.pop(key, None)
     return found
