@@ -262,3 +262,17 @@ def test_unwrap_helpers() -> None:
     assert wrapping.unwrap_pointer("/value/0/name", "value") == "/0/name"
     assert wrapping.unwrap_pointer("/value", "value") == ""
     assert wrapping.unwrap_pointer("/value/0", None) == "/value/0"
+
+
+def test_a_2020_12_schema_comes_out_as_it_went_in() -> None:
+    # Same keys in the same order: the prompt's compact schema and adapter fingerprints do not move.
+    schema = {
+        "title": "T",
+        "$schema": D2020,
+        "type": "object",
+        "$defs": {"d": {"type": "string", "format": "date"}},
+        "properties": {"a": {"$ref": "#/$defs/d", "x-grounded": False}, "b": {"anyOf": [{"type": "null"}]}},
+        "x-extractor": {"max_attempts": 2},
+    }
+    out = decoded(schema)
+    assert out == schema and list(out) == list(schema)

@@ -219,7 +219,6 @@ class _Translation:
                 node["$ref"] = _as_ref(self.placed[id(target)])
         if hoisted:
             out["$defs"] = {**out.get("$defs", {}), **hoisted}
-        out["$schema"] = LATEST
         return out
 
     def node(self, node: Any, pointer: str, source: str, resolver: Resolver[Any]) -> Any:
@@ -241,6 +240,9 @@ class _Translation:
                 # ``path``: the steps below ``key`` in the schema as written
                 return self.node(sub, where, source + _pointer([key, *path])[1:], resolver)
 
+            if key == "$schema" and node is self.source:
+                out[key] = LATEST  # in place: a 2020-12 schema comes out as it went in, key order too
+                continue
             if key in _IDENTITY_KEYS:
                 continue
             if key in _REF_KEYS:

@@ -58,6 +58,8 @@ def prepare(where: str, source: Mapping[str, Any], *, backend: GrammarBackend, a
         translated = drafts.translate(source, draft)
     except drafts.DraftError as error:
         raise TaskError(where, error.pointer, error.reason) from None
+    except RecursionError:
+        raise TaskError(where, "#", "the schema nests too deeply to read") from None
     shaped = wrapping.shape(translated.schema)
 
     def origin(pointer: str) -> str:
