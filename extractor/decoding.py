@@ -36,7 +36,10 @@ _NEVER_ENFORCED = frozenset(
     }
 )
 _XGRAMMAR_NOT_ENFORCED = _NEVER_ENFORCED | {"multipleOf", "patternProperties", "minProperties", "maxProperties"}
-_GUIDANCE_NOT_ENFORCED = _NEVER_ENFORCED | {"patternProperties"}
+# llguidance (1.7.6) enforces patternProperties, min/maxProperties, multipleOf and draft-04 forms;
+# the catalog asks llguidance itself (extractor.constraints.enforcement) and uses this list only
+# through that module's fallback when llguidance is not installed.
+_GUIDANCE_NOT_ENFORCED = _NEVER_ENFORCED
 # String formats xgrammar turns into grammar; any other ``format`` is skipped.
 _XGRAMMAR_FORMATS = frozenset(
     {

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import json_repair
-from jsonschema.validators import Draft202012Validator
+from jsonschema.protocols import Validator
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ def parse(raw: str) -> Parsed:
     return Parsed(value=value, repaired=True)
 
 
-def validate(validator: Draft202012Validator, value: Any) -> list[str]:
+def validate(validator: Validator, value: Any) -> list[str]:
     """Every schema violation, each as ``<json pointer>: <message>``, in document order."""
     errors = sorted(validator.iter_errors(value), key=lambda e: _document_position(value, e.absolute_path))
     return [f"{_pointer(list(e.absolute_path))}: {e.message}" for e in errors]
@@ -71,7 +71,7 @@ def _pointer(parts: list[Any]) -> str:
     return "/" + "/".join(str(p).replace("~", "~0").replace("/", "~1") for p in parts) if parts else "/"
 
 
-def parse_and_validate(raw: str, validator: Draft202012Validator) -> Parsed:
+def parse_and_validate(raw: str, validator: Validator) -> Parsed:
     """Parse (repairing when needed), then validate against the task schema."""
     parsed = parse(raw)
     if not parsed.ok:

@@ -18,6 +18,7 @@ from typing import Any
 from extractor import chunking, grounded_decoding, grounding
 from extractor.chunking import Chunk, ChunkOutcome
 from extractor.config import MAX_ATTEMPTS_LIMIT, Settings
+from extractor.constraints import wrapping
 from extractor.engines.base import Engine, GenerationRequest
 from extractor.errors import ChunkedExtractionFailed, ExtractionFailed, InputError, TextTooLongError
 from extractor.grounded_decoding import MAX_WORDS as MAX_GROUNDED_WORDS
@@ -332,12 +333,14 @@ def _result(
     usage = Usage()
     for attempt in extracted.attempts:
         usage = usage + Usage(prompt_tokens=attempt.prompt_tokens, completion_tokens=attempt.completion_tokens)
+    key = task.wrapped  # a non-object top level was decoded wrapped: data is what the schema describes
+    value = build_value(typed, extracted.data) if typed is not None else None
     return ExtractionResult(
         task=task.name,
-        data=extracted.data,
-        value=build_value(typed, extracted.data) if typed is not None else None,
-        spans=[SpanModel(**vars(s)) for s in extracted.spans],
-        removed=[SpanModel(**vars(s)) for s in extracted.removed],
+        data=wrapping.unwrap(extracted.data, key),
+        value=getattr(value, key, None) if key is not None else value,
+        spans=[SpanModel(**{**vars(s), "path": wrapping.unwrap_pointer(s.path, key)}) for s in extracted.spans],
+        removed=[SpanModel(**{**vars(s), "path": wrapping.unwrap_pointer(s.path, key)}) for s in extracted.removed],
         attempts=extracted.attempts,
         usage=usage,
         model=engine.model_name,

@@ -70,7 +70,7 @@ class ExtractionResult(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     task: str
-    data: dict[str, Any]
+    data: Any = Field(description="the extracted value, as the task schema describes it (an object, an array, ...)")
     value: Any = Field(default=None, exclude=True, description="`data` as a typed pydantic object")
     spans: list[SpanModel] = Field(default_factory=list)
     removed: list[SpanModel] = Field(

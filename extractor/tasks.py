@@ -15,10 +15,12 @@ from typing import Any, Literal
 import jinja2
 import jinja2.meta
 import jsonschema
+from jsonschema.protocols import Validator
 from jsonschema.validators import Draft202012Validator
 
-from extractor import decoding, grounded_decoding, grounding, limits, patterns, templating
+from extractor import decoding, grounded_decoding, grounding, limits, templating
 from extractor.config import MAX_ATTEMPTS_LIMIT, GrammarBackend
+from extractor.constraints import task_schema
 from extractor.engines.base import Message
 from extractor.errors import TaskError, UnknownTaskError
 from extractor.examples.pool import Example, ExamplePool, PoolSettings, load_pool, summarize
@@ -122,7 +124,7 @@ class Task:
     settings: TaskSettings
     examples: tuple[Example, ...]
     fields: tuple[FieldInfo, ...]
-    validator: Draft202012Validator
+    validator: Validator
     ungrounded: frozenset[str]
     warnings: tuple[str, ...] = ()
     engine_schema: Mapping[str, Any] = field(default_factory=dict)
@@ -137,6 +139,11 @@ class Task:
     # A request's own chat (the OpenAI front's ad-hoc tasks): sent as given instead of the
     # template's rendering; a re-ask appends the previous answer and its problems.
     conversation: tuple[Message, ...] = ()
+    # The schema as written (``schema`` is it in 2020-12 terms, as decoded), its draft, and the
+    # property a non-object top level is wrapped in for decoding (None: not wrapped).
+    source_schema: Mapping[str, Any] = field(default_factory=dict)
+    draft: str = "2020-12"
+    wrapped: str | None = None
 
     @property
     def uses_pool(self) -> bool:
@@ -214,10 +221,10 @@ def load_task(
         raise TaskError(where, "", f"task name {name!r} must match {TASK_NAME.pattern}; rename the file")
     catalog_root = root if root is not None else schema_path.parent.parent
     limits.check_file(schema_path, catalog_root)
-    schema = _read_schema(schema_path)
-    checked = _check_all(where, schema, name, backend)
+    source = _read_schema(schema_path)
+    checked = _check_all(where, source, name, backend)
     settings, examples, validator = checked.settings, checked.examples, checked.validator
-    ungrounded = checked.ungrounded
+    schema, ungrounded, as_written = checked.prepared.schema, checked.ungrounded, checked.as_written
     warnings = list(checked.warnings)
     prompt_path = _find_prompt(prompt_dir, name)
     limits.check_file(prompt_path, catalog_root)
@@ -226,7 +233,8 @@ def load_task(
     pool_path = example_dir / f"{name}.jsonl" if example_dir is not None else None
     if pool_path is not None and pool_path.is_file():
         limits.check_inside(pool_path, catalog_root)
-        pool = load_pool(pool_path, validator=validator, ungrounded=ungrounded)
+        pool = load_pool(pool_path, validator=as_written[0], ungrounded=as_written[1])
+        pool = replace(pool, examples=task_schema.wrap_examples(checked.prepared, pool.examples))
         warnings += [f"{p} (line left out)" for p in summarize(pool.problems)]
         if not len(pool):
             warnings.append(f"{pool_path}: no usable line; the fixed examples are used")
@@ -246,6 +254,9 @@ def load_task(
         typed=checked.typed,
         pool=pool,
         instruction_only=instruction_only,
+        source_schema=source,
+        draft=checked.prepared.draft.name,
+        wrapped=checked.prepared.wrapped,
     )
     _check_renders(task)
     if root is not None:
@@ -258,32 +269,37 @@ class _Checked:
     """What the schema-level load checks produce."""
 
     settings: TaskSettings
-    examples: tuple[Example, ...]
+    examples: tuple[Example, ...]  # as decoded (wrapped when the top level is not an object)
     warnings: tuple[str, ...]
     typed: TypedModel | None
-    validator: Draft202012Validator
+    validator: Validator
     ungrounded: frozenset[str]
     engine_schema: dict[str, Any]
+    prepared: task_schema.TaskSchema
+    as_written: tuple[Validator, frozenset[str]]  # the validator and ungrounded paths of unwrapped values
 
 
-def _check_all(where: str, schema: dict[str, Any], name: str, backend: GrammarBackend) -> _Checked:
-    """Every load check of a schema: limits, meta-schema, refs, settings, keywords, typing, examples, compile."""
-    limits.check_schema(where, schema)
+def _check_all(where: str, source: dict[str, Any], name: str, backend: GrammarBackend) -> _Checked:
+    """Every load check of a schema: limits, draft, meta-schema, refs, settings, keywords, typing, examples, compile."""
+    limits.check_schema(where, source)
+    settings, examples = _read_settings(where, source)
+    prepared = task_schema.prepare(where, source, backend=backend, allow_unenforced=settings.allow_unenforced)
+    schema = prepared.schema  # 2020-12, an object top level, only what decoding enforces
     _check_schema(where, schema)
-    settings, examples = _read_settings(where, schema)
-    warnings = _check_unenforced(where, schema, backend, allow=settings.allow_unenforced)
+    warnings = list(prepared.warnings)
     warnings += [f"{where}: {w}" for w in grounded_decoding.check(schema)]
-    typed, typed_warnings = _build_typed(where, schema, name)
+    typed, typed_warnings = _build_typed(where, prepared.meaning or schema, name)
     warnings += typed_warnings
-    # pattern, patternProperties and format "regex" on RE2 (linear time: no ReDoS)
-    validator = patterns.linear_time(Draft202012Validator)(
-        schema, format_checker=patterns.format_checker(Draft202012Validator.FORMAT_CHECKER)
-    )
     ungrounded = grounding.ungrounded_paths(schema)
-    _check_examples(where, examples, validator, ungrounded)
+    # Examples are written as the schema describes them (unwrapped) and shown as decoded.
+    as_written = task_schema.as_written(prepared, ungrounded)
+    _check_examples(where, examples, *as_written)
+    examples = task_schema.wrap_examples(prepared, examples)
     engine_schema = decoding.engine_schema(schema)
     warnings += limits.check_compiles(where, engine_schema, backend=backend, allow_unenforced=settings.allow_unenforced)
-    return _Checked(settings, examples, tuple(warnings), typed, validator, ungrounded, engine_schema)
+    return _Checked(
+        settings, examples, tuple(warnings), typed, prepared.validator, ungrounded, engine_schema, prepared, as_written
+    )
 
 
 _SCHEMA_ONLY_TEMPLATE = "Answer with one JSON object that follows this schema: {{ schema }}"
@@ -296,21 +312,25 @@ def task_from_schema(name: str, schema: dict[str, Any], *, where: str, backend: 
     (``dataclasses.replace``). Raises :class:`TaskError` naming ``where`` and the JSON pointer.
     """
     checked = _check_all(where, schema, name, backend)
+    decoded = checked.prepared.schema
     task = Task(
         name=name,
-        schema=schema,
+        schema=decoded,
         schema_path=Path(where),
         prompt_path=Path(where),
         template=_JINJA.from_string(_SCHEMA_ONLY_TEMPLATE),
         settings=checked.settings,
         examples=checked.examples,
-        fields=describe_fields(schema),
+        fields=describe_fields(decoded),
         validator=checked.validator,
         ungrounded=checked.ungrounded,
         warnings=checked.warnings,
         engine_schema=checked.engine_schema,
         typed=checked.typed,
         instruction_only=True,
+        source_schema=schema,
+        draft=checked.prepared.draft.name,
+        wrapped=checked.prepared.wrapped,
     )
     _check_renders(task)
     return task
@@ -356,15 +376,7 @@ def _pointer(parts: Sequence[Any]) -> str:
 
 
 def _check_schema(where: str, schema: dict[str, Any]) -> None:
-    declared = schema.get("$schema")
-    if declared is not None and "2020-12" not in str(declared):
-        raise TaskError(where, "#/$schema", f"use JSON Schema 2020-12, not {declared!r}")
-    try:
-        Draft202012Validator.check_schema(schema)
-    except jsonschema.SchemaError as error:
-        raise TaskError(where, _pointer(list(error.path)), f"invalid schema: {error.message}") from None
-    if schema.get("type") != "object":
-        raise TaskError(where, "#/type", 'the top level must be {"type": "object"}')
+    # ``schema`` is already checked by its own draft and translated (extractor.constraints.task_schema).
     for pointer, sub in decoding.walk(schema):
         for key in ("$ref", "$dynamicRef"):
             ref = sub.get(key)
@@ -455,22 +467,7 @@ def _build_typed(where: str, schema: Mapping[str, Any], name: str) -> tuple[Type
     return typed, [f"{where}: {w} (in result.value)" for w in typed.warnings]
 
 
-def _check_unenforced(where: str, schema: Mapping[str, Any], backend: GrammarBackend, *, allow: bool) -> list[str]:
-    found = decoding.unenforced_keywords(schema, backend)
-    if found and not allow:
-        pointer, reason = found[0]
-        raise TaskError(
-            where,
-            pointer,
-            f'{reason}; remove it, or set "{SETTINGS_KEY}": {{"allow_unenforced": true}} to rely on '
-            "validation and re-asking alone",
-        )
-    return [f"{where}: {pointer}: {reason} (checked after generation only)" for pointer, reason in found]
-
-
-def _check_examples(
-    where: str, examples: Sequence[Example], validator: Draft202012Validator, ungrounded: frozenset[str]
-) -> None:
+def _check_examples(where: str, examples: Sequence[Example], validator: Validator, ungrounded: frozenset[str]) -> None:
     for i, example in enumerate(examples):
         base = f"#/{SETTINGS_KEY}/examples/{i}/output"
         error = jsonschema.exceptions.best_match(validator.iter_errors(example.output))

@@ -114,7 +114,7 @@ async def task_detail(task: str, request: Request) -> TaskDetailOut:
     spec = service.task(task)
     return TaskDetailOut(
         **_task_out(spec).model_dump(),
-        schema=dict(spec.schema),
+        schema=dict(spec.source_schema or spec.schema),
         engine_schema=dict(spec.engine_schema),
         prompt=PromptOut(
             file=spec.prompt_path.name,
