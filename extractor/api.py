@@ -15,6 +15,7 @@ from extractor.config import Settings
 from extractor.engines import Engine, create_engine
 from extractor.errors import ExtractorError
 from extractor.grounding import GroundingPolicy
+from extractor.reload import load_catalog
 from extractor.results import ExtractionResult
 from extractor.tasks import Catalog, Task
 from extractor.typed import TypedModel
@@ -37,7 +38,8 @@ class Extractor:
         self, *, settings: Settings | None = None, engine: Engine | None = None, catalog: Catalog | None = None
     ) -> None:
         self.settings = settings or Settings.from_env()
-        self.catalog = catalog or Catalog.load(self.settings.tasks_dir, backend=self.settings.grammar_backend)
+        # Swapped whole by a reload (extractor.reload); a request reads it once, at its start.
+        self.catalog = catalog or load_catalog(self.settings.tasks_dir, backend=self.settings.grammar_backend)
         if self.settings.max_lora_rank == 0:
             self.settings = _lora_settings(self.settings, self.catalog)
         self._engine = engine
@@ -76,7 +78,7 @@ class Extractor:
     @overload
     async def aextract(
         self,
-        task: str,
+        task: str | Task,
         text: str,
         *,
         output_type: None = None,
@@ -91,7 +93,7 @@ class Extractor:
     @overload
     async def aextract(
         self,
-        task: str,
+        task: str | Task,
         text: str,
         *,
         output_type: type[M],
@@ -105,7 +107,7 @@ class Extractor:
 
     async def aextract(
         self,
-        task: str,
+        task: str | Task,
         text: str,
         *,
         output_type: type[M] | None = None,
@@ -122,9 +124,10 @@ class Extractor:
         ``grounding`` (strict, flag or off); ``chunk`` (split a text too long for the model
         window into overlapping chunks instead of failing with TextTooLongError);
         ``grounded_decoding`` (True: constrain every grounded string field to spans of the
-        text while decoding; False: not even fields marked ``x-extractive``).
+        text while decoding; False: not even fields marked ``x-extractive``). ``task`` may be a
+        :class:`Task` already looked up (the version a caller checked is the one that runs).
         """
-        spec = self.task(task)
+        spec = task if isinstance(task, Task) else self.task(task)
         await self.astart()
         options = pipeline.Options(
             temperature=temperature,
@@ -137,6 +140,7 @@ class Extractor:
         result = await pipeline.run(
             spec, text, engine=self.engine, settings=self.settings, options=options, typed=spec.typed
         )
+        result.task_version = spec.version
         if output_type is not None:
             return output_type.model_validate(result.data)
         return result

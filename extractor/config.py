@@ -82,6 +82,9 @@ class Settings:
     shutdown_timeout_s: float = 30.0
     chat_max_tokens: int = 512
     scripted_delay_s: float = 0.0
+    # `extractor serve`: reload the catalog when its files change; the playground page at GET /
+    watch: bool = True
+    playground: bool = True
 
     def __post_init__(self) -> None:
         if self.engine not in ("vllm", "scripted", "remote"):

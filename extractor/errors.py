@@ -45,7 +45,10 @@ class TaskNotLoadedError(ExtractorError):
         self.name = name
         self.errors = list(errors)
         reasons = "; ".join(str(e) for e in self.errors)
-        super().__init__(f"task {name!r} was left out of the catalog at load: {reasons}; fix it and restart")
+        super().__init__(
+            f"task {name!r} was left out of the catalog at load: {reasons}; "
+            "fix it (the catalog reloads on save, on POST /tasks/reload and on SIGHUP)"
+        )
 
 
 class InputError(ExtractorError):

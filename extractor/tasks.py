@@ -134,6 +134,8 @@ class Task:
     instruction_only: bool = False
     # A LoRA adapter trained for this task (``extractor train``): its requests go through it.
     adapter: Path | None = None
+    # A hash of the files the task was built from (set by ``extractor.reload``; empty otherwise).
+    version: str = ""
 
     @property
     def uses_pool(self) -> bool:
@@ -163,6 +165,8 @@ class Catalog:
     root: Path
     tasks: dict[str, Task] = field(default_factory=dict)
     errors: list[TaskError] = field(default_factory=list)
+    # Tasks serving their last good version after an edit that failed its checks (see extractor.reload).
+    stale: dict[str, TaskError] = field(default_factory=dict)
 
     @classmethod
     def load(cls, root: Path, *, backend: GrammarBackend = "guidance") -> Catalog:

@@ -13,31 +13,39 @@ from starlette.exceptions import HTTPException
 
 from extractor.api import Extractor
 from extractor.errors import ExtractorError
+from extractor.server import playground
 from extractor.server.errors import NOT_FOUND_MESSAGE, error_response
 from extractor.server.middleware import HttpGate
 from extractor.server.protocol import ErrorOut
+from extractor.server.reloading import CatalogReloader
 from extractor.server.routes import router
 from extractor.server.service import Service
 
 __all__ = ["NOT_FOUND_MESSAGE", "create_app", "error_response"]
 
 
-def create_app(extractor: Extractor, *, start_engine: bool = True, close_engine: bool = False) -> FastAPI:
+def create_app(
+    extractor: Extractor, *, start_engine: bool = True, close_engine: bool = False, watch: bool = False
+) -> FastAPI:
     """A FastAPI app serving ``extractor``.
 
     With ``start_engine``, the engine starts in the background when the app starts: ``/healthz``
     answers at once, ``/readyz`` turns 200 once a canary generation succeeds, and engine-bound
     requests get 503 until then. Without a lifespan (or with ``start_engine=False``), the first
     engine-bound request starts it and waits. With ``close_engine``, the engine is closed when
-    the app shuts down (after uvicorn has drained the requests in flight).
+    the app shuts down (after uvicorn has drained the requests in flight). With ``watch``, the
+    catalog reloads when its files change (SIGHUP and ``POST /tasks/reload`` reload it always).
     """
     service = Service(extractor)
+    reloader = CatalogReloader(extractor, service.metrics)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if start_engine:
             service.begin_start()
+        reloader.start(watch=watch)
         yield
+        await reloader.stop()
         await service.stop()
         if close_engine:
             await extractor.aclose()
@@ -45,7 +53,10 @@ def create_app(extractor: Extractor, *, start_engine: bool = True, close_engine:
     app = FastAPI(title="extractor", version="0.1.0", lifespan=lifespan)
     app.state.extractor = extractor
     app.state.service = service
+    app.state.reloader = reloader
     app.include_router(router)
+    if extractor.settings.playground:
+        app.include_router(playground.router)
     app.add_middleware(
         HttpGate,
         metrics=service.metrics,

@@ -73,6 +73,11 @@ class TaskOut(BaseModel):
     pool: int = Field(0, description="labelled examples in examples/<task>.jsonl (0: none)")
     examples_per_request: int = Field(description="worked examples each request shows")
     warnings: list[str]
+    version: str = Field("", description="a hash of the files the task was built from; each result names it")
+    stale: bool = Field(
+        False, description="an edit failed the load checks: the last good version serves, `error` says why"
+    )
+    error: TaskErrorOut | None = Field(None, description="when stale: the new version's load error")
 
 
 class TaskErrorOut(BaseModel):
@@ -81,6 +86,18 @@ class TaskErrorOut(BaseModel):
     file: str
     pointer: str
     message: str
+
+
+class ReloadOut(BaseModel):
+    """Body of ``POST /tasks/reload``."""
+
+    generation: int = Field(description="reloads since the service started")
+    added: list[str]
+    changed: list[str]
+    removed: list[str]
+    stale: list[str] = Field(description="tasks serving their last good version (GET /tasks says why)")
+    errors: list[TaskErrorOut]
+    duration_ms: float
 
 
 class TasksOut(BaseModel):
@@ -108,6 +125,9 @@ class TaskDetailOut(TaskOut):
     engine_schema: dict[str, Any] = Field(description="the schema that constrains decoding (x-* keys removed)")
     prompt: PromptOut
     settings: dict[str, Any] = Field(description="the task's x-extractor settings (null: the global default)")
+    example_texts: list[str] = Field(
+        default_factory=list, description="texts to try the task on: its fixed examples', then its pool's first"
+    )
 
     model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
 

@@ -33,7 +33,7 @@ def serve(extractor: Extractor, *, access_log: bool = True) -> None:
     uvicorn re-raises the signal once it has shut down, so the process ends as signalled.
     """
     settings = extractor.settings
-    app = create_app(extractor, close_engine=True)
+    app = create_app(extractor, close_engine=True, watch=settings.watch)
     config = uvicorn.Config(
         app,
         host=settings.host,
