@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -86,11 +87,15 @@ def _free_port() -> int:
 
 
 @contextmanager
-def serve(home: Path, tasks_dir: Path, *, engine: str = "scripted", ready_s: float = 60) -> Iterator[str]:
+def serve(
+    home: Path, tasks_dir: Path, *, engine: str = "scripted", ready_s: float = 60, extra: Sequence[str] = ()
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """`extractor serve` as a process (watching its catalog, as by default); yields its URL once ready."""
     port = _free_port()
     command = [sys.executable, "-m", "extractor.cli", "serve", "--engine", engine, "--port", str(port)]
-    command += ["--home", str(home), "--tasks-dir", str(tasks_dir)]
+    command += ["--tasks-dir", str(tasks_dir), *extra]
+    if engine == "scripted":  # the real engine reads the prepared model from the default home
+        command += ["--home", str(home)]
     log_path = home / f"serve-{port}.log"
     home.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:
@@ -102,12 +107,15 @@ def serve(home: Path, tasks_dir: Path, *, engine: str = "scripted", ready_s: flo
                 assert process.poll() is None, log_path.read_text()
                 assert time.monotonic() < deadline, "the server did not turn ready:\n" + log_path.read_text()
                 try:
-                    if httpx.get(f"{url}/readyz", timeout=10).status_code == 200:
-                        break
+                    ready = httpx.get(f"{url}/readyz", timeout=10)
                 except httpx.TransportError:
-                    pass
+                    time.sleep(0.2)
+                    continue
+                if ready.status_code == 200:
+                    break
+                assert "failed" not in ready.json()["reason"], log_path.read_text()
                 time.sleep(0.2)
-            yield url
+            yield url, process
         finally:
             process.terminate()
             try:
@@ -139,7 +147,7 @@ def catalog_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, catalog_dir: Path) -> Iterator[str]:
-    with serve(tmp_path_factory.mktemp("home"), catalog_dir) as url:
+    with serve(tmp_path_factory.mktemp("home"), catalog_dir) as (url, _):
         yield url
 
 
@@ -261,11 +269,26 @@ def test_broken_task_shows_stale_after_reload(page: Page, catalog_dir: Path, ser
     page.page.wait_for_selector("#task-stale", state="hidden", timeout=10_000)
 
 
+def test_sighup_reloads_without_a_watcher(tmp_path: Path) -> None:
+    root = _catalog(tmp_path / "catalog")
+    with serve(tmp_path / "home", root, extra=["--no-watch"]) as (url, process):
+        _write_task(root, "added_later", _emoji_schema())
+        time.sleep(0.5)
+        assert httpx.get(f"{url}/tasks/added_later").status_code == 404  # no watcher: not yet
+        process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while httpx.get(f"{url}/tasks/added_later").status_code != 200:
+            assert time.monotonic() < deadline, "SIGHUP did not reload the catalog"
+            time.sleep(0.05)
+        assert process.poll() is None  # SIGHUP reloads, it does not end the service
+        assert 'trigger="sighup"' in httpx.get(f"{url}/metrics").text
+
+
 @pytest.mark.engine
 def test_real_engine_landmark(browser: Any, tmp_path: Path) -> None:
     """The shipped catalog on the real engine: the Chinese example, highlighted at the right characters."""
     shots = os.environ.get("EXTRACTOR_SCREENSHOT_DIR")
-    with serve(tmp_path / "home", repo_root(), engine="vllm", ready_s=600) as url:
+    with serve(tmp_path / "home", repo_root(), engine="vllm", ready_s=600) as (url, _):
         page = Page(browser, url)
         page.page.set_viewport_size({"width": 1280, "height": 860})
         page.pick("landmark_slots")
