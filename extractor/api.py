@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from extractor import pipeline
 from extractor.config import Settings
 from extractor.engines import Engine, create_engine
-from extractor.errors import ExtractorError
+from extractor.errors import ExtractionFailed, ExtractorError
 from extractor.grounding import GroundingPolicy
 from extractor.reload import load_catalog
 from extractor.results import ExtractionResult
@@ -137,9 +137,13 @@ class Extractor:
             chunk=chunk,
             grounded_decoding=grounded_decoding,
         )
-        result = await pipeline.run(
-            spec, text, engine=self.engine, settings=self.settings, options=options, typed=spec.typed
-        )
+        try:
+            result = await pipeline.run(
+                spec, text, engine=self.engine, settings=self.settings, options=options, typed=spec.typed
+            )
+        except ExtractionFailed as failed:
+            failed.task_version = spec.version
+            raise
         result.task_version = spec.version
         if output_type is not None:
             return output_type.model_validate(result.data)

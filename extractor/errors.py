@@ -107,6 +107,7 @@ class ExtractionFailed(ExtractorError):  # noqa: N818 - the name users catch, as
     def __init__(self, task: str, attempts: Sequence[Attempt]) -> None:
         self.task = task
         self.attempts = list(attempts)
+        self.task_version = ""  # the version of the task that failed (set by the Extractor)
         last = self.attempts[-1].errors if self.attempts else []
         detail = "; ".join(last[:3]) if last else "no attempt was made"
         super().__init__(f"task {task!r}: no valid result after {len(self.attempts)} attempt(s): {detail}")

@@ -154,6 +154,17 @@ async def test_results_name_the_version_that_produced_them(client: httpx.AsyncCl
     assert body["task_version"] == detail["version"] and body["data"] == {"version": "1"}
 
 
+async def test_a_failure_names_the_version_that_failed(
+    client: httpx.AsyncClient, probe_extractor: Extractor, root: Path
+) -> None:
+    engine = probe_extractor.engine
+    assert isinstance(engine, ScriptedEngine)
+    engine.enqueue(['{"version": "9"}'])  # not the version the schema allows
+    response = await client.post("/extract/probe", json={"text": "x"})
+    assert response.status_code == 422
+    assert response.json()["task_version"] == fingerprint(root, "probe") and response.json()["attempts"]
+
+
 async def test_reload_endpoint_stale_listing_and_metrics(client: httpx.AsyncClient, root: Path) -> None:
     good = (await client.get("/tasks/probe")).json()["version"]
     write(root / "schemas" / "probe.json", '{"type": "object", "properties": {"version": ')

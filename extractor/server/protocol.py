@@ -73,11 +73,11 @@ class TaskOut(BaseModel):
     pool: int = Field(0, description="labelled examples in examples/<task>.jsonl (0: none)")
     examples_per_request: int = Field(description="worked examples each request shows")
     warnings: list[str]
-    version: str = Field("", description="a hash of the files the task was built from; each result names it")
+    version: str = Field(default="", description="a hash of the files the task was built from; each result names it")
     stale: bool = Field(
-        False, description="an edit failed the load checks: the last good version serves, `error` says why"
+        default=False, description="an edit failed the load checks: the last good version serves, `error` says why"
     )
-    error: TaskErrorOut | None = Field(None, description="when stale: the new version's load error")
+    error: TaskErrorOut | None = Field(default=None, description="when stale: the new version's load error")
 
 
 class TaskErrorOut(BaseModel):
@@ -139,6 +139,7 @@ class ErrorOut(BaseModel):
     message: str
     attempts: list[Attempt] | None = None
     detail: Any = None
+    task_version: str | None = Field(default=None, description="with attempts: the version of the task that ran them")
 
 
 class BatchItemOut(BaseModel):

@@ -206,6 +206,7 @@
     box.hidden = false;
     clear(box);
     box.append(el("strong", {}, body.error || "error"), ": ", body.message || "");
+    if (body.task_version) box.append(` (task version ${body.task_version})`);
     if (Array.isArray(body.detail)) {
       const list = el("ul", {});
       for (const item of body.detail) list.append(el("li", {}, JSON.stringify(item)));
