@@ -237,6 +237,32 @@ def test_emoji_before_a_value_is_highlighted_at_the_right_characters(page: Page)
     assert dict(page.marks()) == {"/name": "Zoë", "/place": "Café Ñandú"}
 
 
+def test_values_not_in_the_text_are_listed_apart_and_ctrl_enter_runs(page: Page) -> None:
+    page.pick("landmark_slots")
+    page.page.select_option("select#example", "1")  # the scripted model answers with example 0's values
+    with page.page.expect_response(lambda r: "/extract/" in r.url) as answer:
+        page.page.press("textarea#text", "Control+Enter")
+    result = answer.value.json()
+    page.page.wait_for_selector("#stats:not(:empty)")
+    assert {s["status"] for s in result["spans"]} == {"missing"} and page.marks() == []
+    listed = page.page.eval_on_selector_all("#ungrounded li", "items => items.map(i => i.dataset.path)")
+    assert listed == [s["path"] for s in result["spans"]]
+    assert page.page.is_visible("#ungrounded")
+
+
+def test_copy_as_curl_and_python(page: Page, server: str) -> None:
+    page.run_example("emoji_names", 0)
+    page.page.select_option("#opt-grounding", "strict")
+    page.page.click("button#copy-curl")
+    curl = page.page.text_content("pre#snippet") or ""
+    assert curl.startswith(f"curl -s '{server}/extract/emoji_names'") and '"grounding":"strict"' in curl
+    page.page.click("button#copy-python")
+    python = page.page.text_content("pre#snippet") or ""
+    namespace: dict[str, Any] = {}
+    exec(python.split("result =")[0], namespace)  # the body is a Python literal
+    assert namespace["body"] == {"text": EMOJI_TEXT, "options": {"grounding": "strict"}}
+
+
 def test_markup_in_texts_and_descriptions_runs_nothing(page: Page) -> None:
     result = page.run_example("markup_probe", 0)
     assert result["data"] == {"snippet": XSS_VALUE}
