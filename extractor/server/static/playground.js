@@ -180,7 +180,7 @@
       return;
     }
     const retryAfter = Number(response.headers.get("retry-after")) || RETRY_S;
-    if (response.status === 503 && (retries || 0) < 60) {
+    if (response.status === 503 && (retries || 0) < 200) {
       setStatus(`the engine is starting (${out.message}); retrying in ${retryAfter} s`, "busy");
       state.timer = setTimeout(() => run((retries || 0) + 1), retryAfter * 1000);
       return;
