@@ -333,7 +333,7 @@ def test_real_engine_landmark(browser: Any, tmp_path: Path) -> None:
             page.page.click("button#run")
             if starting:  # a 503 while the engine starts: the page says so and retries by itself
                 page.page.wait_for_function(
-                    "document.querySelector('#status').textContent.includes('engine is starting')"
+                    "() => document.querySelector('#status').textContent.includes('engine is starting')"
                 )
         result = answer.value.json()
         page.page.wait_for_selector("#stats:not(:empty)")
