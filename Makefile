@@ -11,7 +11,7 @@ VLLM_EXTRA := $(if $(HAS_GPU),gpu,cpu)
 # Real-engine tests start vLLM once; on CPU it needs KV-cache space set in GiB.
 export VLLM_CPU_KVCACHE_SPACE ?= 2
 
-.PHONY: setup serve test test-fast lint fix bench bench-quick clean
+.PHONY: setup setup-browser serve test test-fast lint fix bench bench-quick clean
 
 setup: $(STAMP)
 	@$(VENV)/bin/extractor model prepare
@@ -33,13 +33,21 @@ endif
 	$(PIP) install -q --no-deps 'instructor==1.17.0'
 	touch $(STAMP)
 
+# The playground's browser tests drive Debian's Chromium through Playwright (never a downloaded browser).
+CHROMIUM := /usr/bin/chromium
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+
+setup-browser:
+	@test -x $(CHROMIUM) || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium fonts-wqy-microhei; }
+	@test -x $(CHROMIUM) || { echo "$(CHROMIUM) is still missing: install Debian's chromium package" >&2; exit 1; }
+
 serve: setup
 	$(VENV)/bin/extractor serve
 
-test: setup
+test: setup setup-browser
 	$(PY) -m pytest -q
 
-test-fast: setup
+test-fast: setup setup-browser
 	$(PY) -m pytest -q -m "not engine"
 
 # Benchmarks start vLLM: one engine at a time on a shared machine (flock where available).

@@ -14,8 +14,9 @@ from pydantic import BaseModel
 from extractor import pipeline
 from extractor.config import Settings
 from extractor.engines import Engine, create_engine
-from extractor.errors import ExtractorError
+from extractor.errors import ExtractionFailed, ExtractorError
 from extractor.grounding import GroundingPolicy
+from extractor.reload import load_catalog
 from extractor.results import ExtractionResult
 from extractor.tasks import Catalog, Task
 from extractor.typed import TypedModel
@@ -38,7 +39,8 @@ class Extractor:
         self, *, settings: Settings | None = None, engine: Engine | None = None, catalog: Catalog | None = None
     ) -> None:
         self.settings = settings or Settings.from_env()
-        self.catalog = catalog or Catalog.load(self.settings.tasks_dir, backend=self.settings.grammar_backend)
+        # Swapped whole by a reload (extractor.reload); a request reads it once, at its start.
+        self.catalog = catalog or load_catalog(self.settings.tasks_dir, backend=self.settings.grammar_backend)
         if self.settings.max_lora_rank == 0:
             self.settings = _lora_settings(self.settings, self.catalog)
         self._engine = engine
@@ -77,7 +79,7 @@ class Extractor:
     @overload
     async def aextract(
         self,
-        task: str,
+        task: str | Task,
         text: str,
         *,
         output_type: None = None,
@@ -92,7 +94,7 @@ class Extractor:
     @overload
     async def aextract(
         self,
-        task: str,
+        task: str | Task,
         text: str,
         *,
         output_type: type[M],
@@ -106,7 +108,7 @@ class Extractor:
 
     async def aextract(
         self,
-        task: str,
+        task: str | Task,
         text: str,
         *,
         output_type: type[M] | None = None,
@@ -123,9 +125,10 @@ class Extractor:
         ``grounding`` (strict, flag or off); ``chunk`` (split a text too long for the model
         window into overlapping chunks instead of failing with TextTooLongError);
         ``grounded_decoding`` (True: constrain every grounded string field to spans of the
-        text while decoding; False: not even fields marked ``x-extractive``).
+        text while decoding; False: not even fields marked ``x-extractive``). ``task`` may be a
+        :class:`Task` already looked up (the version a caller checked is the one that runs).
         """
-        spec = self.task(task)
+        spec = task if isinstance(task, Task) else self.task(task)
         options = pipeline.Options(
             temperature=temperature,
             max_tokens=max_tokens,
@@ -143,7 +146,15 @@ class Extractor:
         """Extract with a task object: a catalog task, or one built in memory (``tasks.task_from_schema``)."""
         await self.astart()
         engine, chosen = self.engine, options or pipeline.Options()
-        return await pipeline.run(task, text, engine=engine, settings=self.settings, options=chosen, typed=task.typed)
+        try:
+            result = await pipeline.run(
+                task, text, engine=engine, settings=self.settings, options=chosen, typed=task.typed
+            )
+        except ExtractionFailed as failed:
+            failed.task_version = task.version
+            raise
+        result.task_version = task.version
+        return result
 
     def extract(self, task: str, text: str, **options: Any) -> Any:
         """Blocking :meth:`aextract` (same arguments)."""

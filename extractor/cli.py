@@ -42,6 +42,8 @@ _SERVE_ONLY = {
     "ready_cache_s",
     "shutdown_timeout_s",
     "chat_max_tokens",
+    "watch",
+    "playground",
 }
 
 
@@ -510,6 +512,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser("serve", help="run the HTTP service")
     _add_settings(serve, serve=True)
+    serve.add_argument("--no-watch", dest="watch", action="store_const", const=False, help="same as --watch false")
+    serve.add_argument(
+        "--no-playground", dest="playground", action="store_const", const=False, help="same as --playground false"
+    )
     serve.set_defaults(handler=_cmd_serve)
     return parser
 

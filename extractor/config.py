@@ -90,6 +90,9 @@ class Settings:
     api_keys_file: str | None = None
     metrics_open: bool = False  # /metrics without a key (a scraper inside the network)
     cors_origins: str = ""  # comma-separated origins allowed to call from a browser; empty: CORS off
+    # `extractor serve`: reload the catalog when its files change; the playground page at GET /
+    watch: bool = True
+    playground: bool = True
 
     def __post_init__(self) -> None:
         if self.engine not in ("vllm", "scripted", "remote"):

@@ -45,7 +45,10 @@ class TaskNotLoadedError(ExtractorError):
         self.name = name
         self.errors = list(errors)
         reasons = "; ".join(str(e) for e in self.errors)
-        super().__init__(f"task {name!r} was left out of the catalog at load: {reasons}; fix it and restart")
+        super().__init__(
+            f"task {name!r} was left out of the catalog at load: {reasons}; "
+            "fix it (the catalog reloads on save, on POST /tasks/reload and on SIGHUP)"
+        )
 
 
 class InputError(ExtractorError):
@@ -120,6 +123,7 @@ class ExtractionFailed(ExtractorError):  # noqa: N818 - the name users catch, as
     def __init__(self, task: str, attempts: Sequence[Attempt]) -> None:
         self.task = task
         self.attempts = list(attempts)
+        self.task_version = ""  # the version of the task that failed (set by the Extractor)
         last = self.attempts[-1].errors if self.attempts else []
         detail = "; ".join(last[:3]) if last else "no attempt was made"
         super().__init__(f"task {task!r}: no valid result after {len(self.attempts)} attempt(s): {detail}")

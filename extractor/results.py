@@ -70,6 +70,7 @@ class ExtractionResult(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     task: str
+    task_version: str = Field(default="", description="the version of the task that produced it (GET /tasks/{task})")
     data: Any = Field(description="the extracted value, as the task schema describes it (an object, an array, ...)")
     value: Any = Field(default=None, exclude=True, description="`data` as a typed pydantic object")
     spans: list[SpanModel] = Field(default_factory=list)

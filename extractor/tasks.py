@@ -144,6 +144,8 @@ class Task:
     source_schema: Mapping[str, Any] = field(default_factory=dict)
     draft: str = "2020-12"
     wrapped: str | None = None
+    # A hash of the files the task was built from (set by ``extractor.reload``; empty otherwise).
+    version: str = ""
 
     @property
     def uses_pool(self) -> bool:
@@ -173,6 +175,8 @@ class Catalog:
     root: Path
     tasks: dict[str, Task] = field(default_factory=dict)
     errors: list[TaskError] = field(default_factory=list)
+    # Tasks serving their last good version after an edit that failed its checks (see extractor.reload).
+    stale: dict[str, TaskError] = field(default_factory=dict)
 
     @classmethod
     def load(cls, root: Path, *, backend: GrammarBackend = "guidance") -> Catalog:

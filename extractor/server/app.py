@@ -13,10 +13,11 @@ from starlette.exceptions import HTTPException
 
 from extractor.api import Extractor
 from extractor.errors import ExtractorError
-from extractor.server import access, openai
+from extractor.server import access, openai, playground
 from extractor.server.errors import NOT_FOUND_MESSAGE, error_response
 from extractor.server.middleware import HttpGate
 from extractor.server.protocol import ErrorOut
+from extractor.server.reloading import CatalogReloader
 from extractor.server.routes import router
 from extractor.server.service import Service
 from extractor.server.strict_json import StrictJsonGate
@@ -24,22 +25,28 @@ from extractor.server.strict_json import StrictJsonGate
 __all__ = ["NOT_FOUND_MESSAGE", "create_app", "error_response"]
 
 
-def create_app(extractor: Extractor, *, start_engine: bool = True, close_engine: bool = False) -> FastAPI:
+def create_app(
+    extractor: Extractor, *, start_engine: bool = True, close_engine: bool = False, watch: bool = False
+) -> FastAPI:
     """A FastAPI app serving ``extractor``.
 
     With ``start_engine``, the engine starts in the background when the app starts: ``/healthz``
     answers at once, ``/readyz`` turns 200 once a canary generation succeeds, and engine-bound
     requests get 503 until then. Without a lifespan (or with ``start_engine=False``), the first
     engine-bound request starts it and waits. With ``close_engine``, the engine is closed when
-    the app shuts down (after uvicorn has drained the requests in flight).
+    the app shuts down (after uvicorn has drained the requests in flight). With ``watch``, the
+    catalog reloads when its files change (SIGHUP and ``POST /tasks/reload`` reload it always).
     """
     service = Service(extractor)
+    reloader = CatalogReloader(extractor, service.metrics)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if start_engine:
             service.begin_start()
+        reloader.start(watch=watch)
         yield
+        await reloader.stop()
         await service.stop()
         if close_engine:
             await extractor.aclose()
@@ -47,8 +54,11 @@ def create_app(extractor: Extractor, *, start_engine: bool = True, close_engine:
     app = FastAPI(title="extractor", version="0.1.0", lifespan=lifespan)
     app.state.extractor = extractor
     app.state.service = service
+    app.state.reloader = reloader
     app.include_router(router)
     openai.install(app, service)
+    if extractor.settings.playground:
+        app.include_router(playground.router)
     app.add_middleware(StrictJsonGate)  # inside the gate: it sees the body once the gate has read it
     app.add_middleware(
         HttpGate,

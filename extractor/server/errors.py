@@ -53,7 +53,8 @@ def error_body(error: ExtractorError) -> tuple[int, ErrorOut]:
     detail = None
     if isinstance(error, TaskNotLoadedError):
         detail = [{"file": e.path, "pointer": e.pointer, "message": e.reason} for e in error.errors]
-    return status, ErrorOut(error=code, message=message, attempts=attempts, detail=detail)
+    version = error.task_version or None if isinstance(error, ExtractionFailed) else None
+    return status, ErrorOut(error=code, message=message, attempts=attempts, detail=detail, task_version=version)
 
 
 def error_response(error: ExtractorError) -> JSONResponse:

@@ -89,6 +89,11 @@ class TaskOut(BaseModel):
     pool: int = Field(0, description="labelled examples in examples/<task>.jsonl (0: none)")
     examples_per_request: int = Field(description="worked examples each request shows")
     warnings: list[str]
+    version: str = Field(default="", description="a hash of the files the task was built from; each result names it")
+    stale: bool = Field(
+        default=False, description="an edit failed the load checks: the last good version serves, `error` says why"
+    )
+    error: TaskErrorOut | None = Field(default=None, description="when stale: the new version's load error")
 
 
 class TaskErrorOut(BaseModel):
@@ -97,6 +102,18 @@ class TaskErrorOut(BaseModel):
     file: str
     pointer: str
     message: str
+
+
+class ReloadOut(BaseModel):
+    """Body of ``POST /tasks/reload``."""
+
+    generation: int = Field(description="reloads since the service started")
+    added: list[str]
+    changed: list[str]
+    removed: list[str]
+    stale: list[str] = Field(description="tasks serving their last good version (GET /tasks says why)")
+    errors: list[TaskErrorOut]
+    duration_ms: float
 
 
 class TasksOut(BaseModel):
@@ -124,6 +141,9 @@ class TaskDetailOut(TaskOut):
     engine_schema: dict[str, Any] = Field(description="the schema that constrains decoding (x-* keys removed)")
     prompt: PromptOut
     settings: dict[str, Any] = Field(description="the task's x-extractor settings (null: the global default)")
+    example_texts: list[str] = Field(
+        default_factory=list, description="texts to try the task on: its fixed examples', then its pool's first"
+    )
 
     model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
 
@@ -135,6 +155,7 @@ class ErrorOut(BaseModel):
     message: str
     attempts: list[Attempt] | None = None
     detail: Any = None
+    task_version: str | None = Field(default=None, description="with attempts: the version of the task that ran them")
 
 
 class BatchItemOut(BaseModel):

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from extractor.errors import ExtractorError
+from extractor.errors import ExtractorError, TaskError
 from extractor.results import ExtractionResult
 from extractor.server.admission import Ticket
 from extractor.server.errors import error_body
@@ -28,11 +28,13 @@ from extractor.server.protocol import (
     FieldOut,
     PromptOut,
     ReadyOut,
+    ReloadOut,
     TaskDetailOut,
     TaskErrorOut,
     TaskOut,
     TasksOut,
 )
+from extractor.server.reloading import CatalogReloader
 from extractor.server.service import Service
 from extractor.tasks import Task
 
@@ -82,7 +84,7 @@ async def extract_batch(task: str, body: BatchRequest, request: Request) -> Batc
     return BatchOut(results=results)
 
 
-def _task_out(task: Task) -> TaskOut:
+def _task_out(task: Task, error: TaskError | None = None) -> TaskOut:
     return TaskOut(
         name=task.name,
         title=task.title,
@@ -94,16 +96,40 @@ def _task_out(task: Task) -> TaskOut:
         pool=len(task.pool) if task.pool is not None else 0,
         examples_per_request=task.examples_per_request,
         warnings=list(task.warnings),
+        version=task.version,
+        stale=error is not None,
+        error=_error_out(error) if error is not None else None,
     )
+
+
+def _error_out(error: TaskError) -> TaskErrorOut:
+    return TaskErrorOut(file=error.path, pointer=error.pointer, message=error.reason)
 
 
 @router.get("/tasks", response_model=TasksOut)
 async def tasks(request: Request) -> TasksOut:
     """The loaded tasks, and the tasks left out with their load errors."""
-    catalog = _service(request).extractor.catalog
+    catalog = _service(request).extractor.catalog  # one version of the catalog for the whole answer
     return TasksOut(
-        tasks=[_task_out(catalog.tasks[name]) for name in catalog.names()],
-        errors=[TaskErrorOut(file=e.path, pointer=e.pointer, message=e.reason) for e in catalog.errors],
+        tasks=[_task_out(catalog.tasks[name], catalog.stale.get(name)) for name in catalog.names()],
+        errors=[_error_out(e) for e in catalog.errors],
+    )
+
+
+@router.post("/tasks/reload", response_model=ReloadOut)
+async def reload_tasks(request: Request) -> ReloadOut:
+    """Reload the catalog from its files now (the engine keeps running); what changed."""
+    reloader: CatalogReloader = request.app.state.reloader
+    report = await reloader.reload("http")
+    catalog = _service(request).extractor.catalog
+    return ReloadOut(
+        generation=reloader.generation,
+        added=list(report.added),
+        changed=list(report.changed),
+        removed=list(report.removed),
+        stale=list(report.stale),
+        errors=[_error_out(e) for e in catalog.errors],
+        duration_ms=round(report.seconds * 1000, 2),
     )
 
 
@@ -111,9 +137,10 @@ async def tasks(request: Request) -> TasksOut:
 async def task_detail(task: str, request: Request) -> TaskDetailOut:
     """One task: schema, prompt variables, settings, warnings (a task left out: 404 with why)."""
     service = _service(request)
-    spec = service.task(task)
+    catalog = service.extractor.catalog
+    spec = service.task(task, catalog)
     return TaskDetailOut(
-        **_task_out(spec).model_dump(),
+        **_task_out(spec, catalog.stale.get(spec.name)).model_dump(),
         schema=dict(spec.source_schema or spec.schema),
         engine_schema=dict(spec.engine_schema),
         prompt=PromptOut(
@@ -122,6 +149,7 @@ async def task_detail(task: str, request: Request) -> TaskDetailOut:
             layout="instruction" if spec.instruction_only else "turns",
         ),
         settings=dataclasses.asdict(spec.settings),
+        example_texts=[e.text for e in (*spec.examples, *(spec.pool.examples[:8] if spec.pool else ()))],
     )
 
 

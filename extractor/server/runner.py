@@ -38,7 +38,7 @@ def serve(extractor: Extractor, *, access_log: bool = True) -> None:
     warning = exposure_warning(settings)
     if warning:
         logging.getLogger("extractor").warning("%s", warning)
-    app = create_app(extractor, close_engine=True)
+    app = create_app(extractor, close_engine=True, watch=settings.watch)
     config = uvicorn.Config(
         app,
         host=settings.host,

@@ -30,7 +30,7 @@ from extractor.server import chat
 from extractor.server.admission import Admission, Ticket
 from extractor.server.metrics import Metrics
 from extractor.server.protocol import BatchItem, ChatRequest, ExtractOptions
-from extractor.tasks import TASK_NAME, Task
+from extractor.tasks import TASK_NAME, Catalog, Task
 
 log = logging.getLogger("extractor.server")
 CANARY = GenerationRequest(messages=[{"role": "user", "content": "ping"}], temperature=0.0, max_tokens=1)
@@ -119,12 +119,13 @@ class Service:
 
     # -- extraction -----------------------------------------------------------------------
 
-    def task(self, name: str) -> Task:
+    def task(self, name: str, catalog: Catalog | None = None) -> Task:
         """A loaded task; a left-out one says why, any other name is unknown (404 either way)."""
+        if catalog is None:
+            catalog = self.extractor.catalog  # read once: a reload swaps it whole
         try:
-            return self.extractor.task(name)
+            return catalog.get(name)
         except UnknownTaskError:
-            catalog = self.extractor.catalog
             # Matched against what the catalog recorded at load, never joined into a path.
             errors = [e for e in catalog.errors if TASK_NAME.match(name) and _stem(e.path) == name]
             if errors:
@@ -137,14 +138,15 @@ class Service:
 
     def prompt_variables(self, task: Task) -> list[str]:
         """The variables the task's template uses (parsed once)."""
-        if task.name not in self._prompt_variables:
+        key = f"{task.name}@{task.version}"  # a reload may bring another template under the name
+        if key not in self._prompt_variables:
             try:
                 source = task.prompt_path.read_text(encoding="utf-8")
                 names = jinja2.meta.find_undeclared_variables(jinja2.Environment().parse(source))
             except (OSError, UnicodeDecodeError, jinja2.TemplateSyntaxError):
                 names = set()  # changed on disk since load; the loaded template still serves
-            self._prompt_variables[task.name] = sorted(names)
-        return self._prompt_variables[task.name]
+            self._prompt_variables[key] = sorted(names)
+        return self._prompt_variables[key]
 
     def _check_text(self, text: str) -> None:
         _check_unicode("text", text)
@@ -165,17 +167,17 @@ class Service:
 
     async def extract(self, task: str, text: str, options: ExtractOptions) -> ExtractionResult:
         """One extraction: 404, 413, 503, 429 in that order, then the pipeline under the deadline."""
-        self.task(task)
+        spec = self.task(task)  # the version this request runs, whatever reloads meanwhile
         self._check_text(text)
         await self._accepting()
         with self.admission.admit(1):
-            return await self._run(task, text, options, deadline=self._deadline())
+            return await self._run(spec, text, options, deadline=self._deadline())
 
     async def extract_batch(
         self, task: str, items: Sequence[BatchItem], options: ExtractOptions
     ) -> list[ExtractionResult | ExtractorError]:
-        """One result or one error per item, in order; the batch is admitted whole."""
-        self.task(task)
+        """One result or one error per item, in order; the batch is admitted whole (and runs one version)."""
+        spec = self.task(task)
         # A batch is admitted whole, so it can be no larger than the room in flight + queued.
         limit = min(self.settings.max_batch_items, self.admission.capacity)
         if len(items) > limit:
@@ -189,7 +191,7 @@ class Service:
         async def one(text: str) -> ExtractionResult | ExtractorError:
             try:
                 self._check_text(text)
-                return await self._run(task, text, options, deadline=deadline)
+                return await self._run(spec, text, options, deadline=deadline)
             except ExtractorError as error:
                 return error
 
@@ -207,7 +209,7 @@ class Service:
         with self.admission.admit(1):
             return await self._run_task(task, text, options, label=label, deadline=self._deadline())
 
-    async def _run(self, task: str, text: str, options: ExtractOptions, *, deadline: float) -> ExtractionResult:
+    async def _run(self, spec: Task, text: str, options: ExtractOptions, *, deadline: float) -> ExtractionResult:
         overrides = Options(
             temperature=options.temperature,
             max_tokens=options.max_tokens,
@@ -216,7 +218,8 @@ class Service:
             chunk=options.chunk,
             grounded_decoding=options.grounded_decoding,
         )
-        return await self._run_task(self.task(task), text, overrides, label=task, deadline=deadline)
+        # the task looked up once per request: a reload mid-request does not change its version
+        return await self._run_task(spec, text, overrides, label=spec.name, deadline=deadline)
 
     async def _run_task(
         self, task: Task, text: str, options: Options, *, label: str, deadline: float

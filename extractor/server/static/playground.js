@@ -1,0 +1,482 @@
+// The extractor playground. Plain JavaScript, no build step, nothing loaded from elsewhere.
+// Every piece of text goes into the page through textContent (never innerHTML), so a text or a
+// description holding markup shows as text. Offsets from the API are code points (Python);
+// JavaScript strings index UTF-16 units, so the text is sliced as Array.from(text).
+"use strict";
+
+(function () {
+  const PALETTE = 8;
+  const POLL_MS = 1000;
+  const RETRY_S = 5;
+  const $ = (id) => document.getElementById(id);
+  const state = { tasks: [], detail: null, result: null, selected: null, hidden: new Set(), timer: null };
+
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs || {})) {
+      if (key === "class") node.className = value;
+      else if (key.startsWith("data-")) node.setAttribute(key, value);
+      else node[key] = value;
+    }
+    for (const child of children) {
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  function clear(node) {
+    while (node.firstChild) node.removeChild(node.firstChild);
+  }
+
+  // The top-level field a JSON pointer belongs to ("/name/0" -> "name").
+  function fieldOf(path) {
+    const first = path.split("/")[1] || "";
+    return first.replace(/~1/g, "/").replace(/~0/g, "~");
+  }
+
+  function pointer(parts) {
+    return parts.map((p) => "/" + String(p).replace(/~/g, "~0").replace(/\//g, "~1")).join("");
+  }
+
+  function colourOf(field) {
+    const names = state.detail ? state.detail.fields.map((f) => f.name) : [];
+    const index = names.indexOf(field);
+    return "c" + ((index < 0 ? names.length : index) % PALETTE);
+  }
+
+  async function api(path, options) {
+    const response = await fetch(path, options);
+    let body = null;
+    try {
+      body = await response.json();
+    } catch (error) {
+      body = { error: "bad_response", message: `HTTP ${response.status}: the answer was not JSON` };
+    }
+    return { response, body };
+  }
+
+  // -- tasks ------------------------------------------------------------------------------
+
+  async function loadTasks() {
+    let answer;
+    try {
+      answer = await api("/tasks");
+    } catch (error) {
+      setStatus("the service does not answer; retrying", "warn");
+      return;
+    }
+    const { body } = answer;
+    const select = $("task");
+    const before = select.value;
+    const tasks = body.tasks || [];
+    const signature = JSON.stringify(tasks.map((t) => [t.name, t.version, t.stale]));
+    if (signature !== state.signature) {
+      state.signature = signature;
+      state.tasks = tasks;
+      clear(select);
+      for (const task of tasks) {
+        const label = task.stale ? `${task.name} (stale)` : task.name;
+        select.append(el("option", { value: task.name, "data-stale": String(task.stale) }, label));
+      }
+      const keep = tasks.some((t) => t.name === before) ? before : tasks.length ? tasks[0].name : "";
+      select.value = keep;
+      const current = tasks.find((t) => t.name === keep);
+      if (keep && (!state.detail || state.detail.name !== keep || state.detail.version !== current.version ||
+                   Boolean(state.detail.stale) !== Boolean(current.stale))) {
+        await loadTask(keep, keep !== before);
+      }
+    }
+    const errors = body.errors || [];
+    const box = $("catalog-errors");
+    const list = box.querySelector("ul");
+    clear(list);
+    for (const error of errors) {
+      list.append(el("li", {}, el("code", {}, `${error.file} ${error.pointer}`), " ", error.message));
+    }
+    box.hidden = errors.length === 0;
+  }
+
+  async function loadTask(name, fresh) {
+    const { response, body } = await api(`/tasks/${encodeURIComponent(name)}`);
+    if (!response.ok) {
+      showError(body);
+      return;
+    }
+    state.detail = body;
+    $("task-description").textContent = body.description || body.title || "";
+    $("task-version").textContent = body.version ? `version ${body.version}` : "";
+    $("task-stale").hidden = !body.stale;
+    const taskError = $("task-error");
+    taskError.hidden = !body.stale;
+    taskError.textContent = body.error
+      ? `Stale: the last good version serves. ${body.error.file} ${body.error.pointer}: ${body.error.message}`
+      : "";
+    const rows = $("fields").querySelector("tbody");
+    clear(rows);
+    body.fields.forEach((f) => {
+      const name = el("td", {}, el("span", { class: `swatch ${colourOf(f.name)}` }), f.name, f.required ? " *" : "");
+      rows.append(el("tr", { "data-field": f.name }, name, el("td", {}, f.type), el("td", {}, f.description)));
+    });
+    const examples = body.example_texts || [];
+    const picker = $("example");
+    clear(picker);
+    picker.append(el("option", { value: "" }, examples.length ? "— pick a worked example —" : "— no worked example —"));
+    examples.forEach((example, index) => {
+      const text = String(example);
+      const label = Array.from(text).length > 60 ? Array.from(text).slice(0, 60).join("") + "…" : text;
+      picker.append(el("option", { value: String(index) }, label));
+    });
+    if (fresh) {
+      state.hidden.clear();
+      showResult(null);
+    }
+  }
+
+  // -- the request ------------------------------------------------------------------------
+
+  function requestBody() {
+    const options = {};
+    const grounding = $("opt-grounding").value;
+    if (grounding) options.grounding = grounding;
+    for (const [id, key] of [["opt-grounded", "grounded_decoding"], ["opt-chunk", "chunk"]]) {
+      const value = $(id).value;
+      if (value) options[key] = value === "true";
+    }
+    const temperature = $("opt-temperature").value;
+    if (temperature !== "") options.temperature = Number(temperature);
+    const body = { text: $("text").value };
+    if (Object.keys(options).length) body.options = options;
+    return body;
+  }
+
+  async function run(retries) {
+    const task = $("task").value;
+    const body = requestBody();
+    if (!task || !body.text) {
+      setStatus(task ? "type or paste a text first" : "no task loaded", "warn");
+      return;
+    }
+    clearTimeout(state.timer);
+    $("run").disabled = true;
+    setStatus(`running ${task}…`, "busy");
+    $("error").hidden = true;
+    let answer;
+    try {
+      answer = await api(`/extract/${encodeURIComponent(task)}`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify(body),
+      });
+    } catch (error) {
+      $("run").disabled = false;
+      setStatus("the service does not answer", "warn");
+      return;
+    }
+    $("run").disabled = false;
+    const { response, body: out } = answer;
+    if (response.ok) {
+      setStatus(`done: ${out.latency_ms.toFixed(0)} ms`, "ok");
+      showResult(out, body.text);
+      return;
+    }
+    const retryAfter = Number(response.headers.get("retry-after")) || RETRY_S;
+    if (response.status === 503 && (retries || 0) < 200) {
+      setStatus(`the engine is starting (${out.message}); retrying in ${retryAfter} s`, "busy");
+      state.timer = setTimeout(() => run((retries || 0) + 1), retryAfter * 1000);
+      return;
+    }
+    if (response.status === 429) {
+      setStatus(`busy (429): try again in ${retryAfter} s`, "warn");
+    } else {
+      setStatus(`HTTP ${response.status}`, "warn");
+    }
+    showResult(null);
+    showError(out);
+    if (out.attempts) showAttempts(out.attempts);
+  }
+
+  function setStatus(text, kind) {
+    const status = $("status");
+    status.textContent = text;
+    status.className = kind || "";
+  }
+
+  function showError(body) {
+    const box = $("error");
+    box.hidden = false;
+    clear(box);
+    box.append(el("strong", {}, body.error || "error"), ": ", body.message || "");
+    if (body.task_version) box.append(` (task version ${body.task_version})`);
+    if (Array.isArray(body.detail)) {
+      const list = el("ul", {});
+      for (const item of body.detail) list.append(el("li", {}, JSON.stringify(item)));
+      box.append(list);
+    }
+  }
+
+  // -- the result -------------------------------------------------------------------------
+
+  function showResult(result, text) {
+    state.result = result;
+    state.selected = null;
+    for (const id of ["legend", "highlighted", "tree", "attempts", "stats"]) clear($(id));
+    clear($("ungrounded").querySelector("ul"));
+    $("ungrounded").hidden = true;
+    if (!result) return;
+    showLegend(result);
+    showText(text, result.spans);
+    showUngrounded(result);
+    $("tree").append(tree(result.data, []));
+    showAttempts(result.attempts);
+    const usage = result.usage || {};
+    $("stats").textContent =
+      `${result.latency_ms.toFixed(0)} ms · ${usage.prompt_tokens} prompt + ${usage.completion_tokens} output tokens · ` +
+      `${result.attempts.length} attempt(s) · model ${result.model} · task version ${result.task_version || "?"}`;
+    applyFilter();
+  }
+
+  function showLegend(result) {
+    const legend = $("legend");
+    const fields = state.detail ? state.detail.fields.map((f) => f.name) : [];
+    for (const span of result.spans) if (!fields.includes(fieldOf(span.path))) fields.push(fieldOf(span.path));
+    for (const field of fields) {
+      const button = el("button", { type: "button", class: `legend ${colourOf(field)}`, "data-field": field }, field);
+      button.addEventListener("click", () => {
+        if (state.hidden.has(field)) state.hidden.delete(field);
+        else state.hidden.add(field);
+        applyFilter();
+      });
+      button.addEventListener("mouseenter", () => select(null, field));
+      legend.append(button);
+    }
+  }
+
+  function applyFilter() {
+    for (const node of document.querySelectorAll("[data-field]")) {
+      const off = state.hidden.has(node.getAttribute("data-field"));
+      node.classList.toggle("off", off);
+    }
+  }
+
+  // Highlights: spans sorted by start (longest first); a span inside another nests in its mark,
+  // a span crossing another's edge cannot be one mark and is listed apart.
+  function showText(text, spans) {
+    const chars = Array.from(text);
+    const placed = spans
+      .filter((s) => s.start !== null && s.end !== null && s.status !== "missing" && s.end > s.start && s.end <= chars.length)
+      .sort((a, b) => a.start - b.start || b.end - a.end);
+    const root = { start: 0, end: chars.length, children: [] };
+    const stack = [root];
+    const crossing = [];
+    for (const span of placed) {
+      while (stack.length > 1 && span.start >= stack[stack.length - 1].end) stack.pop();
+      const parent = stack[stack.length - 1];
+      if (span.end > parent.end) {
+        crossing.push(span);
+        continue;
+      }
+      const node = { start: span.start, end: span.end, span, children: [] };
+      parent.children.push(node);
+      stack.push(node);
+    }
+    const view = $("highlighted");
+    view.append(render(chars, root));
+    state.crossing = crossing;
+  }
+
+  function render(chars, node) {
+    const out = node.span ? mark(node.span) : document.createDocumentFragment();
+    let at = node.start;
+    for (const child of node.children) {
+      if (child.start > at) out.append(chars.slice(at, child.start).join(""));
+      out.append(render(chars, child));
+      at = child.end;
+    }
+    if (node.end > at) out.append(chars.slice(at, node.end).join(""));
+    return out;
+  }
+
+  function mark(span) {
+    const field = fieldOf(span.path);
+    const node = el("mark", {
+      class: `${colourOf(field)} ${span.status}`,
+      "data-path": span.path,
+      "data-field": field,
+      title: `${span.path} (${span.status})`,
+      tabIndex: 0,
+    });
+    node.addEventListener("mouseenter", (event) => {
+      event.stopPropagation();
+      select(span.path, field);
+    });
+    node.addEventListener("click", (event) => {
+      event.stopPropagation();
+      select(span.path, field);
+    });
+    node.addEventListener("focus", () => select(span.path, field));
+    return node;
+  }
+
+  function showUngrounded(result) {
+    const box = $("ungrounded");
+    const list = box.querySelector("ul");
+    const apart = result.spans.filter((s) => s.status === "missing" || s.status === "fuzzy" || s.start === null);
+    const entries = [
+      ...apart.map((s) => [s, s.status === "fuzzy" ? "fuzzy: a near match, not the exact text" : "missing from the text"]),
+      ...(state.crossing || []).map((s) => [s, "overlaps another highlight"]),
+      ...(result.removed || []).map((s) => [s, "removed (strict grounding, or past maxItems)"]),
+    ];
+    for (const [span, why] of entries) {
+      const field = fieldOf(span.path);
+      const item = el("li", { "data-path": span.path, "data-field": field, class: colourOf(field) },
+        el("code", {}, span.path), " ", JSON.stringify(span.value), " — ", why);
+      item.addEventListener("mouseenter", () => select(span.path, field));
+      list.append(item);
+    }
+    box.hidden = entries.length === 0;
+  }
+
+  function tree(value, parts) {
+    const path = pointer(parts);
+    if (value !== null && typeof value === "object") {
+      const list = el("ul", {});
+      const entries = Array.isArray(value) ? value.map((v, i) => [i, v]) : Object.entries(value);
+      for (const [key, child] of entries) {
+        const childPath = pointer([...parts, key]);
+        const item = el("li", { "data-path": childPath, "data-field": fieldOf(childPath) },
+          el("span", { class: "key" }, Array.isArray(value) ? `${key}` : JSON.stringify(String(key))), ": ");
+        item.append(tree(child, [...parts, key]));
+        item.addEventListener("mouseenter", (event) => {
+          event.stopPropagation();
+          select(childPath, fieldOf(childPath));
+        });
+        list.append(item);
+      }
+      return el("span", { class: Array.isArray(value) ? "array" : "object" }, Array.isArray(value) ? "[" : "{", list,
+        Array.isArray(value) ? "]" : "}");
+    }
+    return el("span", { class: `value ${value === null ? "null" : typeof value}`, "data-value-path": path },
+      JSON.stringify(value));
+  }
+
+  // Selecting a field: its marks, its tree nodes and its legend entry light up together.
+  function select(path, field) {
+    state.selected = { path, field };
+    for (const node of document.querySelectorAll(".selected")) node.classList.remove("selected");
+    for (const node of document.querySelectorAll("[data-field]")) {
+      const sameField = node.getAttribute("data-field") === field;
+      const p = node.getAttribute("data-path");
+      const samePath = path === null || p === null || p === path || p.startsWith(path + "/") || path.startsWith(p + "/");
+      if (sameField && samePath && !node.closest("#fields")) node.classList.add("selected");
+    }
+  }
+
+  function showAttempts(attempts) {
+    const box = $("attempts");
+    clear(box);
+    for (const attempt of attempts) {
+      const flags = [
+        attempt.errors.length ? "rejected" : "accepted",
+        attempt.repaired ? "repaired by json-repair" : null,
+        attempt.number > 1 ? "re-asked" : null,
+        `finish: ${attempt.finish_reason}`,
+        `${attempt.latency_ms.toFixed(0)} ms`,
+        `${attempt.prompt_tokens} + ${attempt.completion_tokens} tokens`,
+      ].filter(Boolean);
+      const item = el("details", { class: attempt.errors.length ? "attempt bad" : "attempt" },
+        el("summary", {}, `attempt ${attempt.number}: ${flags.join(" · ")}`),
+        el("pre", {}, attempt.raw));
+      if (attempt.errors.length) {
+        const list = el("ul", {});
+        for (const error of attempt.errors) list.append(el("li", {}, error));
+        item.append(list);
+      }
+      item.open = attempts.length === 1 || Boolean(attempt.errors.length);
+      box.append(item);
+    }
+  }
+
+  // -- copy as -------------------------------------------------------------------------
+
+  function shellQuote(text) {
+    return "'" + text.replace(/'/g, "'\\''") + "'";
+  }
+
+  function snippet(kind) {
+    const url = `${location.origin}/extract/${encodeURIComponent($("task").value)}`;
+    const body = requestBody();
+    if (kind === "curl") {
+      return `curl -s ${shellQuote(url)} -H 'content-type: application/json' \\\n     -d ${shellQuote(JSON.stringify(body))}`;
+    }
+    return [
+      "import httpx",
+      "",
+      `body = ${JSON.stringify(body, null, 4).replace(/\btrue\b/g, "True").replace(/\bfalse\b/g, "False")}`,
+      `result = httpx.post(${JSON.stringify(url)}, json=body, timeout=120).json()`,
+      'print(result["data"])',
+    ].join("\n");
+  }
+
+  async function copy(kind) {
+    const text = snippet(kind);
+    const box = $("snippet");
+    box.hidden = false;
+    box.textContent = text;
+    try {
+      await navigator.clipboard.writeText(text);
+      setStatus(`copied as ${kind}`, "ok");
+    } catch (error) {
+      setStatus(`select the ${kind} below to copy it`, "warn");
+    }
+  }
+
+  // -- engine state ----------------------------------------------------------------------
+
+  async function readiness() {
+    try {
+      const { response, body } = await api("/readyz");
+      const badge = $("engine");
+      badge.textContent = response.ok ? `ready · ${body.model}` : `engine: ${body.reason || "not ready"}`;
+      badge.className = response.ok ? "badge ok" : "badge warn";
+      return response.ok;
+    } catch (error) {
+      return false;
+    }
+  }
+
+  async function reloadCatalog() {
+    const { response, body } = await api("/tasks/reload", { method: "POST" });
+    setStatus(response.ok ? `catalog reloaded in ${body.duration_ms} ms` : `reload: HTTP ${response.status}`,
+      response.ok ? "ok" : "warn");
+    await loadTasks();
+  }
+
+  function init() {
+    $("task").addEventListener("change", () => loadTask($("task").value, true));
+    $("example").addEventListener("change", () => {
+      const example = (state.detail.example_texts || [])[Number($("example").value)];
+      if (example !== undefined) $("text").value = String(example);
+    });
+    $("run").addEventListener("click", () => run(0));
+    $("text").addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
+        event.preventDefault();
+        run(0);
+      }
+    });
+    $("copy-curl").addEventListener("click", () => copy("curl"));
+    $("copy-python").addEventListener("click", () => copy("python"));
+    $("reload").addEventListener("click", reloadCatalog);
+    loadTasks();
+    readiness().then((ok) => {
+      if (!ok) {
+        const poll = setInterval(async () => {
+          if (await readiness()) clearInterval(poll);
+        }, RETRY_S * 1000);
+      }
+    });
+    setInterval(loadTasks, POLL_MS);  // a catalog edited on disk shows up without a page reload
+  }
+
+  document.addEventListener("DOMContentLoaded", init);
+})();
