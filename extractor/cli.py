@@ -187,6 +187,13 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
         for error in catalog.errors:
             print(f"error: {error}", file=sys.stderr)
     if args.action == "check":
+        from extractor import budget
+
+        for name in catalog.names():
+            task = catalog.tasks[name]
+            cut = budget.check(task.schema, max_tokens=task.settings.max_tokens or settings.max_tokens)
+            if cut is not None:
+                print(f"warning: {name}: {cut}", file=sys.stderr)
         if catalog.errors:
             print(f"{len(catalog.errors)} bad task(s) in {settings.tasks_dir}", file=sys.stderr)
             return 1
@@ -225,10 +232,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     for error in extractor.catalog.errors:
         print(f"task left out: {error}", file=sys.stderr)
     try:
-        serve(extractor)  # on SIGTERM/SIGINT: drains the requests in flight, then closes the engine
+        status = serve(extractor)  # on SIGTERM/SIGINT: drains the requests in flight, then closes the engine
     finally:
         extractor.close()  # idempotent; covers a failure before the app started
-    return 0
+    if status:
+        print("the engine died: exiting so a supervisor can restart the service", file=sys.stderr)
+    return status
 
 
 def _cmd_batch(args: argparse.Namespace) -> int:

@@ -15,6 +15,8 @@ from extractor.errors import (
     RequestTimeoutError,
     TaskNotLoadedError,
     UnknownTaskError,
+    UpstreamError,
+    UpstreamTimeoutError,
 )
 from extractor.server.protocol import ErrorOut
 
@@ -27,6 +29,8 @@ _STATUS: list[tuple[type[ExtractorError], int, str]] = [
     (PayloadTooLargeError, 413, "too_large"),
     (InputError, 422, "bad_input"),
     (OverloadedError, 429, "overloaded"),
+    (UpstreamTimeoutError, 504, "timeout"),
+    (UpstreamError, 502, "bad_gateway"),
     (EngineNotReadyError, 503, "not_ready"),
     (EngineError, 503, "engine_unavailable"),
     (RequestTimeoutError, 504, "timeout"),
