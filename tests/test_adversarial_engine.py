@@ -70,6 +70,18 @@ async def test_engine_death_is_503_for_in_flight_and_readyz_then_the_runner_is_t
     assert told == [True]  # once, however many requests saw it
 
 
+async def test_engine_death_while_idle_is_found_by_readyz(extractor: Extractor) -> None:
+    engine = DyingEngine()
+    engine.die.set()
+    app = create_app(Extractor(settings=extractor.settings, engine=engine, catalog=extractor.catalog))
+    told: list[bool] = []
+    app.state.service.on_engine_dead = lambda: told.append(True)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+        ready = await client.get("/readyz")  # its canary generation meets the dead engine
+        assert ready.status_code == 503 and "engine died" in ready.json()["reason"]
+    assert told == [True]
+
+
 def engine_core(server: psutil.Process) -> psutil.Process:
     """vLLM's engine core: the child process that holds the model."""
     for child in server.children(recursive=True):
