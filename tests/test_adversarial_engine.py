@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -23,7 +24,8 @@ import pytest
 from extractor import Extractor, ScriptedEngine
 from extractor.config import repo_root
 from extractor.engines.base import Generation, GenerationRequest
-from extractor.errors import EngineDeadError
+from extractor.engines.vllm import VLLMEngine
+from extractor.errors import EngineDeadError, EngineError
 from extractor.server import create_app
 from extractor.server.runner import ENGINE_DEAD_EXIT
 
@@ -80,6 +82,30 @@ async def test_engine_death_while_idle_is_found_by_readyz(extractor: Extractor) 
         ready = await client.get("/readyz")  # its canary generation meets the dead engine
         assert ready.status_code == 503 and "engine died" in ready.json()["reason"]
     assert told == [True]
+
+
+class _FakeAsyncLLM:
+    """vLLM's AsyncLLM as far as VLLMEngine's error translation sees it."""
+
+    def __init__(self, *, errored: bool) -> None:
+        self.errored = errored
+
+    async def generate(self, *args: object, **kwargs: object) -> AsyncIterator[object]:
+        raise RuntimeError("EngineCore encountered an issue")
+        yield  # an async generator, like vLLM's
+
+
+@pytest.mark.parametrize(("errored", "kind"), [(True, EngineDeadError), (False, EngineError)])
+async def test_vllm_errors_become_ours(errored: bool, kind: type[EngineError]) -> None:
+    engine = object.__new__(VLLMEngine)  # no model: only the translation of vLLM's errors is under test
+    engine._llm = _FakeAsyncLLM(errored=errored)
+    with pytest.raises(kind, match="EngineCore encountered an issue") as caught:
+        await engine._generate("prompt", None)
+    assert isinstance(caught.value, EngineDeadError) == errored
+    engine._loop = object()  # type: ignore[assignment]
+    if errored:
+        with pytest.raises(EngineDeadError):
+            engine._running()  # nothing new is sent to a dead engine
 
 
 def engine_core(server: psutil.Process) -> psutil.Process:
