@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import sys
+import types
 import typing
 from collections.abc import Iterator, Sequence
 from dataclasses import fields
@@ -52,6 +53,8 @@ def _add_settings(parser: argparse.ArgumentParser, *, serve: bool = False) -> No
         if f.name in _SERVE_ONLY and not serve:
             continue
         kind = hints[f.name]
+        if type(kind) is types.UnionType:  # `int | None`: the flag converts like `int`
+            kind = next(t for t in typing.get_args(kind) if t is not type(None))
         convert: Any = int if kind is int else float if kind is float else str
         if kind is bool:
 

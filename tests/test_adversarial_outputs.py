@@ -222,3 +222,7 @@ def test_kv_cache_is_sized_from_free_memory_when_unset(free_gib: float, expected
 
 def test_kv_cache_setting_wins() -> None:
     assert cpu_kv_cache_size(requested=6, available_bytes=2 * GIB, model_bytes=0).gib == 6
+    from extractor.cli import build_parser
+
+    assert build_parser().parse_args(["serve", "--kv-cache-space-gib", "3"]).kv_cache_space_gib == 3  # an int
+    assert Settings.from_env({}).kv_cache_space_gib is None  # unset: sized from free memory
