@@ -171,6 +171,9 @@ def test_real_engine_core_killed_mid_request(tmp_path: Path) -> None:
             process.kill()
             process.wait()
     served = [a.status_code if isinstance(a, httpx.Response) else type(a).__name__ for a in answers]
+    phases = ("died", "Shutting down", "Waiting", "shutdown", "Finished", "exiting")
+    print("".join(line for line in log_path.open() if any(p in line for p in phases))[-3000:])
+    print(f"answered {[round(t - killed_at, 1) for t in answered_at]} s after the kill")
     assert served == [503] * 3, (served, log_path.read_text()[-3000:])
     # Until a request meets the dead engine, /readyz may still answer from its cached canary.
     after = [code for at, code in readyz if at >= min(answered_at)]

@@ -34,6 +34,8 @@ class _DrainingServer(uvicorn.Server):
     def engine_dead(self) -> None:
         """The engine died: /readyz and new requests get 503 for a moment, then the server stops."""
         self._service.draining = True
+        # What still runs cannot finish on a dead engine: wait for it briefly, not shutdown_timeout_s.
+        self.config.timeout_graceful_shutdown = int(ENGINE_DEAD_GRACE_S)
         asyncio.get_running_loop().call_later(ENGINE_DEAD_GRACE_S, self._stop)
 
     def _stop(self) -> None:
