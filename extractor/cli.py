@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import sys
+import types
 import typing
 from collections.abc import Iterator, Sequence
 from dataclasses import fields
@@ -54,6 +55,8 @@ def _add_settings(parser: argparse.ArgumentParser, *, serve: bool = False) -> No
         if f.name in _SERVE_ONLY and not serve:
             continue
         kind = hints[f.name]
+        if type(kind) is types.UnionType:  # `int | None`: the flag converts like `int`
+            kind = next(t for t in typing.get_args(kind) if t is not type(None))
         convert: Any = int if kind is int else float if kind is float else str
         if kind is bool:
 
@@ -189,6 +192,13 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
         for error in catalog.errors:
             print(f"error: {error}", file=sys.stderr)
     if args.action == "check":
+        from extractor import budget
+
+        for name in catalog.names():
+            task = catalog.tasks[name]
+            cut = budget.check(task.schema, max_tokens=task.settings.max_tokens or settings.max_tokens)
+            if cut is not None:
+                print(f"warning: {name}: {cut}", file=sys.stderr)
         if catalog.errors:
             print(f"{len(catalog.errors)} bad task(s) in {settings.tasks_dir}", file=sys.stderr)
             return 1
@@ -236,10 +246,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     for error in extractor.catalog.errors:
         print(f"task left out: {error}", file=sys.stderr)
     try:
-        serve(extractor)  # on SIGTERM/SIGINT: drains the requests in flight, then closes the engine
+        status = serve(extractor)  # on SIGTERM/SIGINT: drains the requests in flight, then closes the engine
     finally:
         extractor.close()  # idempotent; covers a failure before the app started
-    return 0
+    if status:
+        print("the engine died: exiting so a supervisor can restart the service", file=sys.stderr)
+    return status
 
 
 def _cmd_batch(args: argparse.Namespace) -> int:

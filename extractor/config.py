@@ -56,7 +56,8 @@ class Settings:
     # LoRA adapters (``extractor train``): 0 derives the rank from the catalog's adapters (LoRA off without any)
     max_lora_rank: int = 0
     max_loras: int = 8
-    kv_cache_space_gib: int = 4
+    # CPU KV cache in GiB; None: the default (4), or less when the free memory cannot hold it
+    kv_cache_space_gib: int | None = None
     # grounded decoding: substring grammars up to this many words; each value within one clause
     grounded_max_words: int = 5000
     grounded_clauses: bool = True

@@ -77,6 +77,10 @@ class BadRequestError(InputError):
         super().__init__(message)
 
 
+class RequestRejectedError(InputError):
+    """The engine refused the request as malformed (a remote 400 or 422); retrying cannot help."""
+
+
 class PayloadTooLargeError(InputError):
     """A request body, a text or a batch is over a configured limit; the message names it."""
 
@@ -91,6 +95,18 @@ class BodyTimeoutError(InputError):
 
 class EngineError(ExtractorError):
     """The generation engine failed or is not available."""
+
+
+class UpstreamError(EngineError):
+    """The remote engine's servers failed on every try (5xx, broken answers): HTTP 502."""
+
+
+class UpstreamTimeoutError(UpstreamError):
+    """The remote engine's servers did not answer in time on every try: HTTP 504."""
+
+
+class EngineDeadError(EngineError):
+    """The in-process engine died (its core process is gone): the service stops so a supervisor restarts it."""
 
 
 class ModelNotPreparedError(EngineError):

@@ -24,23 +24,76 @@ class Parsed:
         return not self.errors
 
 
+# json-repair is pure Python, linear but slow (about 3-5 us a character): past this size an
+# output is not repaired (about 100 ms at the limit). A model window of 4,096 tokens holds
+# about 16,000 characters of answer.
+MAX_REPAIR_CHARS = 32_768
+# Deeper than this is no extraction answer: refused before json.loads, json-repair or jsonschema
+# recurse into it (each would otherwise meet Python's recursion limit, or the stack).
+MAX_DEPTH = 64
+# What json-repair makes of text that holds no JSON at all: never an answer.
+_NOTHING: tuple[Any, ...] = ("", None, {}, [])
+
+
 def parse(raw: str) -> Parsed:
-    """``json.loads``; on failure, json-repair (flagged). Never raises."""
+    """``json.loads``; on failure, json-repair (flagged), within size and depth bounds. Never raises.
+
+    An output that repairs to nothing (``""``, ``null``, ``{}``, ``[]``) from text that did not
+    say so is an error, not a value: an empty answer must never pass as an empty object.
+    """
+    depth = nesting_depth(raw, limit=MAX_DEPTH)
+    if depth > MAX_DEPTH:
+        return Parsed(errors=(f"output nests more than {MAX_DEPTH} levels deep; answer with flat JSON",))
     try:
         return Parsed(value=json.loads(raw))
     except (json.JSONDecodeError, RecursionError) as error:
+        if isinstance(error, json.JSONDecodeError) and _second_value(raw, error.pos):
+            # Two answers: json-repair would pick one (or wrap both in a list); neither is the answer.
+            return Parsed(errors=(f"output holds more than one JSON value (a second starts at {error.pos}); send one",))
         first = (
             f"output is not valid JSON ({error})"
             if isinstance(error, json.JSONDecodeError)
             else "output nests too deeply"
         )
+    if len(raw) > MAX_REPAIR_CHARS:
+        return Parsed(errors=(f"{first} and is too long to repair ({len(raw)} characters, over {MAX_REPAIR_CHARS})",))
     try:
         value = json_repair.loads(raw, skip_json_loads=True)
     except Exception:  # noqa: BLE001 - json-repair may fail in many ways; all mean "unrepairable"
         value = None
-    if value in ("", None) and raw.strip() not in ("null", '""'):
+    if any(value == nothing and type(value) is type(nothing) for nothing in _NOTHING):
         return Parsed(errors=(first + " and could not be repaired",))
     return Parsed(value=value, repaired=True)
+
+
+def _second_value(raw: str, at: int) -> bool:
+    """Whether a complete JSON value ends before ``at`` and another one starts there."""
+    return raw[at:].lstrip()[:1] in ("{", "[") and raw[:at].rstrip()[-1:] in ("}", "]")
+
+
+def nesting_depth(raw: str, *, limit: int) -> int:
+    """How deep ``[`` and ``{`` nest outside strings, counted up to ``limit + 1`` (then it stops)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > limit:
+                    return deepest
+        elif char in "]}":
+            depth = max(0, depth - 1)
+    return deepest
 
 
 def validate(validator: Validator, value: Any) -> list[str]:

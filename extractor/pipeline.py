@@ -33,6 +33,8 @@ from extractor.typed import TypedModel, build_value
 # Room kept in each chunk's window for a re-ask: the previous answer and the feedback lines.
 FEEDBACK_RESERVE_TOKENS = 128
 MIN_CHUNK_CHARS = 32
+# A re-ask whose previous answer does not fit the window carries each problem up to this long.
+MAX_FEEDBACK_CHARS = 300
 DEFAULT_OVERLAP_CHARS = 200
 
 
@@ -167,19 +169,33 @@ async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk:
     previous: str | None = None
     last_value: Any = None
     last_spans: list[Span] = []
+    budget, cut = p.max_tokens, False
     for number in range(1, p.max_attempts + 1):
         messages = render(task, text, feedback=feedback, previous=previous)
         prompt_tokens = engine.count_prompt_tokens(messages)
-        if prompt_tokens + p.max_tokens > engine.max_model_len:
-            raise TextTooLongError(
-                prompt_tokens=prompt_tokens, max_tokens=p.max_tokens, max_model_len=engine.max_model_len
-            )
+        if number > 1 and prompt_tokens + (2 * budget if cut else budget) > engine.max_model_len:
+            # A huge (or cut) previous answer must not crowd the text out of the window: re-ask without it.
+            clipped = [e if len(e) <= MAX_FEEDBACK_CHARS else e[:MAX_FEEDBACK_CHARS] + "…" for e in feedback]
+            messages = render(task, text, feedback=clipped, previous=None)
+            prompt_tokens = engine.count_prompt_tokens(messages)
+        if cut:
+            # The same budget would cut the answer at the same place again: grow it, or stop.
+            grown = reask_budget(budget, prompt_tokens=prompt_tokens, max_model_len=engine.max_model_len)
+            if grown is None:
+                attempts[-1].errors.append(
+                    f"no room in the model window ({engine.max_model_len} tokens) for an answer longer than "
+                    f"{budget} tokens: raise max_model_len, or bound the schema (maxItems, maxLength)"
+                )
+                break
+            budget = grown
+        elif prompt_tokens + budget > engine.max_model_len:
+            raise TextTooLongError(prompt_tokens=prompt_tokens, max_tokens=budget, max_model_len=engine.max_model_len)
         request = GenerationRequest(
             messages=messages,
             json_schema=json_schema,
             grammar=grammar,
             temperature=p.temperature,
-            max_tokens=p.max_tokens,
+            max_tokens=budget,
             adapter=str(task.adapter) if task.adapter is not None else None,
             top_p=p.top_p,
             seed=p.seed,
@@ -201,8 +217,10 @@ async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk:
             )
             grammar, json_schema = None, constrained.schema or task.engine_schema
             fields = constrained.fields
-        if errors and generation.finish_reason == "length":
-            errors.append(f"the answer was cut off at {p.max_tokens} tokens: give shorter values")
+        cut = generation.finish_reason == "length"
+        if cut:
+            # Never a result: json-repair would close it, but its last value may be cut short too.
+            errors.insert(0, f"the answer was cut off at {budget} tokens: give shorter values")
         spans: list[Span] = []
         if not errors and p.grounding != "off":
             spans = grounding.locate(text, parsed.value, skip=task.ungrounded)
@@ -223,7 +241,7 @@ async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk:
         )
         if not errors:
             return Extracted(parsed.value, spans, [], attempts, fields, decoding=constrained)
-        if parsed.ok:
+        if parsed.ok and not cut:
             last_value, last_spans = parsed.value, spans
         feedback, previous = errors, generation.text
     if p.grounding == "strict" and last_value is not None and not validate(task.validator, last_value):
@@ -234,6 +252,15 @@ async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk:
             kept = grounding.locate(text, pruned, skip=task.ungrounded)
             return Extracted(pruned, kept, missing, attempts, fields, decoding=constrained)
     raise ExtractionFailed(task.name, attempts)
+
+
+def reask_budget(budget: int, *, prompt_tokens: int, max_model_len: int) -> int | None:
+    """The ``max_tokens`` of a re-ask after an answer cut at ``budget``: double, within the window.
+
+    None when the window leaves no room for more than ``budget`` (a re-ask would be cut again).
+    """
+    grown = min(2 * budget, max_model_len - prompt_tokens)
+    return grown if grown > budget else None
 
 
 def split_for(task: Task, text: str, p: Plan, engine: Engine) -> list[Chunk] | None:
@@ -348,5 +375,6 @@ def _result(
         chunks=[ChunkModel(start=c.start, end=c.end) for c in extracted.chunks],
         grounded_fields=list(extracted.grounded_fields),
         grounded_decoding=extracted.decoding.mode if extracted.decoding is not None else "off",
+        cuts=sum(1 for a in extracted.attempts if a.finish_reason == "length"),
         notes=[extracted.decoding.note] if extracted.decoding is not None and extracted.decoding.note else [],
     )

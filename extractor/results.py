@@ -92,6 +92,10 @@ class ExtractionResult(BaseModel):
         "spans, not at all (checked after generation; `notes` says why), or off (no grounded decoding asked)",
     )
     notes: list[str] = Field(default_factory=list, description="why decoding was weaker than asked, when it was")
+    cuts: int = Field(
+        default=0,
+        description="attempts cut at max_tokens (finish reason `length`); each was re-asked with a larger budget",
+    )
     attempts: list[Attempt]
     usage: Usage
     model: str

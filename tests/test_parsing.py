@@ -72,7 +72,9 @@ def test_prose_without_json_is_an_error_not_an_exception(raw: str) -> None:
 
 def test_deep_nesting_is_an_error_not_an_exception() -> None:
     parsed = parse("[" * 100_000)
-    assert parsed == Parsed(value=None, repaired=False, errors=("output nests too deeply and could not be repaired",))
+    assert parsed == Parsed(
+        value=None, repaired=False, errors=("output nests more than 64 levels deep; answer with flat JSON",)
+    )
 
 
 # --- validate --------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import pytest
 from extractor import EngineError, ExtractionResult, Extractor, InputError, Settings
 from extractor.engines.base import GenerationRequest
 from extractor.engines.remote import RemoteEngine, chat_payload, parse_completion, retry_after_s
+from extractor.errors import RequestRejectedError
 
 from .conftest import LANDMARK_TEXT, landmark
 
@@ -54,6 +55,9 @@ class Stub:
         self.requests: list[tuple[str, Any, dict[str, str]]] = []
         self.healthy = True
         self.closed_early = 0
+        self.answered: list[Any] = []  # completion bodies whose 200 was written out
+        self.killed = False
+        self._writers: set[asyncio.StreamWriter] = set()
         self._server: asyncio.Server | None = None
 
     async def start(self) -> Stub:
@@ -69,11 +73,20 @@ class Stub:
         if self._server is not None:
             self._server.close()
 
+    def kill(self) -> None:
+        """Die like a crashed server: stop listening, drop every open connection, answer nothing more."""
+        self.killed = True
+        if self._server is not None:
+            self._server.close()
+        for writer in list(self._writers):
+            writer.transport.abort()
+
     @property
     def completions(self) -> list[Any]:
         return [body for path, body, _ in self.requests if path == "/v1/chat/completions"]
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -91,6 +104,8 @@ class Stub:
                     reply = self.handler(path, body)
                 if reply.delay_s:
                     await asyncio.sleep(reply.delay_s)
+                if self.killed:
+                    return
                 if reply.fault == "drop":
                     writer.close()
                     return
@@ -107,9 +122,12 @@ class Stub:
                     + payload
                 )
                 await writer.drain()
+                if path == "/v1/chat/completions" and reply.status == 200:
+                    self.answered.append(body)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
+            self._writers.discard(writer)
             writer.close()
 
     async def _stream(self, writer: asyncio.StreamWriter, deltas: list[str]) -> None:
@@ -213,7 +231,7 @@ async def test_400_is_not_retried(stubs: Any, engines: Any) -> None:
     error = {"error": {"message": "unsupported schema keyword", "type": "BadRequestError", "code": 400}}
     stub = await stubs(lambda path, body: Reply(status=400, body=error))
     engine = await engines(stub)
-    with pytest.raises(EngineError, match="unsupported schema keyword"):
+    with pytest.raises(RequestRejectedError, match="unsupported schema keyword"):
         await engine.generate(REQUEST)
     assert len(stub.completions) == 1
 

@@ -3,15 +3,20 @@
 Scaling out is N vLLM servers, each on its own GPUs, listed in ``EXTRACTOR_REMOTE_URLS``. Each
 request goes to the healthy server with the fewest requests in flight. A server that drops
 connections is marked unhealthy, skipped, and re-probed on ``/health`` until it answers. A 429
-or 503 is retried after its ``Retry-After``; a 400 is the request's fault and is not retried.
+or 503 is retried after its ``Retry-After`` (seconds or an HTTP date); a 400 is the request's
+fault and is not retried (:class:`RequestRejectedError`, HTTP 422). When every try fails: 5xx
+and broken answers give :class:`UpstreamError` (502), timeouts :class:`UpstreamTimeoutError`
+(504), servers still busy :class:`EngineNotReadyError` (503 with ``Retry-After``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.utils
 import itertools
 import json
+import math
 import re
 import threading
 import time
@@ -26,12 +31,22 @@ from extractor.config import Settings
 from extractor.engines.base import Generation, GenerationRequest, Message
 from extractor.engines.loop import LoopThread
 from extractor.engines.tokenizer import count_chat_tokens, estimate_tokens, load_tokenizer
-from extractor.errors import ConfigError, EngineError, InputError, ModelNotPreparedError
+from extractor.errors import (
+    ConfigError,
+    EngineError,
+    EngineNotReadyError,
+    InputError,
+    ModelNotPreparedError,
+    RequestRejectedError,
+    UpstreamError,
+    UpstreamTimeoutError,
+)
 from extractor.models import resolve_model_dir
 
 _CONTEXT_LENGTH = re.compile(r"context length|too long|max_tokens", re.IGNORECASE)
 _BUSY = (429, 503)
 _FATAL = (400, 401, 403, 404, 413, 422)
+_REJECTED = (400, 413, 422)  # the request's fault; 401/403/404 are the configuration's (key, model name)
 
 
 @dataclass(eq=False)
@@ -47,7 +62,12 @@ class Endpoint:
 
 
 class _Retry(Exception):  # noqa: N818 - control flow inside this module, never raised out of it
-    """A try failed in a way that another try may not."""
+    """A try failed in a way that another try may not: ``kind`` is ``timeout``, ``busy`` or ``failed``."""
+
+    def __init__(self, message: str, *, kind: str = "failed", wait_s: float = 0.0) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.wait_s = wait_s
 
 
 def chat_payload(request: GenerationRequest, *, model: str, stream: bool = False) -> dict[str, Any]:
@@ -98,13 +118,30 @@ def parse_completion(body: Any) -> Generation:
         raise ValueError(f"not a chat completion: {error!r}") from None
 
 
-def retry_after_s(headers: Mapping[str, str], *, default: float = 1.0, cap: float = 30.0) -> float:
-    """Seconds to wait from a ``Retry-After`` header (seconds form), bounded by ``cap``."""
+def retry_after_s(
+    headers: Mapping[str, str], *, default: float = 1.0, cap: float = 30.0, now: float | None = None
+) -> float:
+    """Seconds to wait from a ``Retry-After`` header (seconds, or an HTTP date), within 0..``cap``."""
+    raw = headers.get("retry-after")
+    if raw is None:
+        return min(default, cap)
     try:
-        value = float(headers.get("retry-after", default))
+        value = float(raw)
     except ValueError:
+        value = _seconds_until(raw, now=time.time() if now is None else now, default=default)
+    if not math.isfinite(value):
         value = default
     return min(max(value, 0.0), cap)
+
+
+def _seconds_until(date: str, *, now: float, default: float) -> float:
+    try:
+        when = email.utils.parsedate_to_datetime(date)
+    except (TypeError, ValueError, IndexError):
+        return default
+    if when.tzinfo is None:  # RFC 9110 dates are GMT
+        return default
+    return when.timestamp() - now
 
 
 def error_message(response: httpx.Response) -> str:
@@ -264,7 +301,8 @@ class RemoteEngine:
             await self._discover(await self._pick())
         body = chat_payload(request, model=self.model_name, stream=stream)
         tries = self._settings.remote_retries + 1
-        last = "no try was made"
+        last = _Retry("no try was made")
+        where = ""
         for _ in range(tries):
             endpoint = await self._pick()
             endpoint.in_flight += 1
@@ -274,11 +312,16 @@ class RemoteEngine:
                 held = stream
                 return endpoint, response, generation
             except _Retry as retry:
-                last = f"{endpoint.url}: {retry}"
+                last, where = retry, endpoint.url
             finally:
                 if not held:
                     endpoint.in_flight -= 1
-        raise EngineError(f"remote servers failed after {tries} tries; last: {last}")
+        message = f"remote servers failed after {tries} tries; last: {where}: {last}"
+        if last.kind == "timeout":
+            raise UpstreamTimeoutError(message)
+        if last.kind == "busy":
+            raise EngineNotReadyError(message, retry_after=max(1, math.ceil(last.wait_s)))
+        raise UpstreamError(message)
 
     async def _try(
         self, endpoint: Endpoint, body: dict[str, Any], *, stream: bool
@@ -287,7 +330,7 @@ class RemoteEngine:
         try:
             response = await self._http.send(request, stream=True)
         except httpx.TimeoutException as error:
-            raise _Retry(f"timed out ({type(error).__name__})") from None
+            raise _Retry(f"timed out ({type(error).__name__})", kind="timeout") from None
         except httpx.TransportError as error:  # refused, reset
             self._mark_unhealthy(endpoint, f"{type(error).__name__}: {error}")
             raise _Retry(f"connection failed ({type(error).__name__})") from None
@@ -296,7 +339,7 @@ class RemoteEngine:
         try:
             await response.aread()
         except httpx.TimeoutException as error:
-            raise _Retry(f"timed out reading the answer ({type(error).__name__})") from None
+            raise _Retry(f"timed out reading the answer ({type(error).__name__})", kind="timeout") from None
         except httpx.TransportError as error:  # dropped mid-answer
             self._mark_unhealthy(endpoint, f"{type(error).__name__}: {error}")
             raise _Retry(f"the answer broke off ({type(error).__name__})") from None
@@ -309,12 +352,15 @@ class RemoteEngine:
                 raise _Retry(f"answered 200 with an invalid body: {error}") from None
         status, message = response.status_code, error_message(response)
         if status in _BUSY:
-            endpoint.busy_until = time.monotonic() + retry_after_s(response.headers, cap=self._max_retry_wait_s)
-            raise _Retry(f"busy ({status})")
+            wait = retry_after_s(response.headers, cap=self._max_retry_wait_s)
+            endpoint.busy_until = time.monotonic() + wait
+            raise _Retry(f"busy ({status})", kind="busy", wait_s=wait)
         if status in _FATAL:
             if status == 400 and _CONTEXT_LENGTH.search(message):
                 raise InputError(f"text too long for the remote model: {message}")
-            raise EngineError(f"{endpoint.url} rejected the request ({status}): {message}")
+            if status in _REJECTED:
+                raise RequestRejectedError(f"{endpoint.url} rejected the request ({status}): {message}")
+            raise EngineError(f"{endpoint.url} refused the request ({status}): {message}")
         raise _Retry(f"answered {status}: {message}")
 
     async def generate(self, request: GenerationRequest) -> Generation:

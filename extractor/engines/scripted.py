@@ -11,6 +11,7 @@ from extractor.engines.tokenizer import estimate_tokens
 from extractor.errors import EngineError
 
 Responder = Callable[[GenerationRequest], str]
+CHARS_PER_TOKEN = 4  # the scripted engine's token: what completion_tokens counts
 
 
 class ScriptedEngine:
@@ -21,7 +22,9 @@ class ScriptedEngine:
     before its answer was complete (a cancelled ``generate``, a stream closed early) is also
     recorded in :attr:`aborted`. ``delay_s`` makes each answer take that long; a stream spreads
     it over its chunks of ``chunk_chars`` characters. ``keep`` bounds both records (the newest
-    are kept), for long dry runs.
+    are kept), for long dry runs. With ``cut_at_max_tokens``, an answer longer than the request's
+    ``max_tokens`` (counted as :data:`CHARS_PER_TOKEN` characters a token) is cut there and
+    finishes with ``length``, as a real engine's would.
 
     Example:
         >>> engine = ScriptedEngine(['{"name": "x"}'])
@@ -39,6 +42,7 @@ class ScriptedEngine:
         delay_s: float = 0.0,
         chunk_chars: int = 4,
         keep: int | None = None,
+        cut_at_max_tokens: bool = False,
     ) -> None:
         self._queue: deque[str] = deque(responses)
         self._respond = respond
@@ -47,6 +51,7 @@ class ScriptedEngine:
         self._delay_s = delay_s
         self._chunk_chars = max(1, chunk_chars)
         self._keep = keep
+        self._cut = cut_at_max_tokens
         self.history: list[GenerationRequest] = []
         self.aborted: list[GenerationRequest] = []
 
@@ -103,10 +108,14 @@ class ScriptedEngine:
             except asyncio.CancelledError:
                 self._record(self.aborted, request)
                 raise
+        finish = "stop"
+        if self._cut and len(text) > request.max_tokens * CHARS_PER_TOKEN:
+            text, finish = text[: request.max_tokens * CHARS_PER_TOKEN], "length"
         return Generation(
             text=text,
             prompt_tokens=self.count_prompt_tokens(request.messages),
-            completion_tokens=max(1, len(text) // 4),
+            completion_tokens=max(1, len(text) // CHARS_PER_TOKEN),
+            finish_reason=finish,
         )
 
     async def stream(self, request: GenerationRequest) -> AsyncGenerator[str, None]:

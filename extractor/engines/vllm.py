@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import os
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Sequence
@@ -16,13 +17,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from extractor.config import Settings
+from extractor.engines import memory
 from extractor.engines.base import Generation, GenerationRequest, Message
 from extractor.engines.loop import LoopThread
 from extractor.engines.tokenizer import count_chat_tokens, load_tokenizer, render_chat
-from extractor.errors import EngineError
+from extractor.errors import EngineDeadError, EngineError
 from extractor.models import resolve_model_dir
 
 T = TypeVar("T")
+log = logging.getLogger("extractor.engine")
 _ids = itertools.count()
 
 
@@ -130,8 +133,15 @@ class VLLMEngine:
             # (a tokenizer's torch import, a test's check) touched CUDA fails "CUDA error:
             # initialization error". A spawned child starts clean.
             os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
-        else:
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self._settings.kv_cache_space_gib))
+        elif "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
+            size = memory.cpu_kv_cache_size(
+                requested=self._settings.kv_cache_space_gib,
+                available_bytes=memory.free_bytes(),
+                model_bytes=memory.folder_bytes(self._model_dir),
+            )
+            if size.note is not None:
+                log.warning("%s", size.note)
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(size.gib)
         from vllm.v1.engine.async_llm import AsyncLLM
 
         return AsyncLLM.from_engine_args(self._engine_args())
@@ -139,7 +149,15 @@ class VLLMEngine:
     def _running(self) -> LoopThread:
         if self._loop is None or self._llm is None:
             raise EngineError("engine not started; call start() first")
+        if self._llm.errored:
+            raise EngineDeadError("vLLM's engine core is gone (it died or was killed); restart the service")
         return self._loop
+
+    def _failed(self, error: Exception) -> EngineError:
+        """Our error for one of vLLM's: dead when its engine core is gone (nothing more will run)."""
+        if self._llm is None or self._llm.errored:
+            return EngineDeadError(f"vLLM's engine core died ({type(error).__name__}: {error}); restart the service")
+        return EngineError(f"vLLM generation failed: {type(error).__name__}: {error}")
 
     def _submit(self, coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
         try:
@@ -206,8 +224,11 @@ class VLLMEngine:
 
     async def _generate(self, prompt: str, params: Any, lora: Any = None) -> Generation:
         final: Any = None
-        async for output in self._llm.generate(prompt, params, request_id=f"ex-{next(_ids)}", lora_request=lora):
-            final = output
+        try:
+            async for output in self._llm.generate(prompt, params, request_id=f"ex-{next(_ids)}", lora_request=lora):
+                final = output
+        except Exception as error:
+            raise self._failed(error) from error
         if final is None or not final.outputs:
             raise EngineError("vLLM returned no output")
         completion = final.outputs[0]
@@ -223,8 +244,13 @@ class VLLMEngine:
         prompt, params, lora = self.render_prompt(request.messages), self._sampling(request), self._lora(request)
 
         async def texts() -> AsyncIterator[str]:
-            async for output in self._llm.generate(prompt, params, request_id=f"ex-{next(_ids)}", lora_request=lora):
-                yield output.outputs[0].text
+            try:
+                async for output in self._llm.generate(
+                    prompt, params, request_id=f"ex-{next(_ids)}", lora_request=lora
+                ):
+                    yield output.outputs[0].text
+            except Exception as error:
+                raise self._failed(error) from error
 
         async for text in self._running().stream(texts):
             yield text

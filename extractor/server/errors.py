@@ -19,6 +19,8 @@ from extractor.errors import (
     TaskError,
     TaskNotLoadedError,
     UnknownTaskError,
+    UpstreamError,
+    UpstreamTimeoutError,
 )
 from extractor.server.protocol import ErrorOut
 
@@ -35,6 +37,8 @@ _STATUS: list[tuple[type[ExtractorError], int, str]] = [
     (BodyTimeoutError, 408, "body_timeout"),
     (InputError, 422, "bad_input"),
     (OverloadedError, 429, "overloaded"),
+    (UpstreamTimeoutError, 504, "timeout"),
+    (UpstreamError, 502, "bad_gateway"),
     (EngineNotReadyError, 503, "not_ready"),
     (EngineError, 503, "engine_unavailable"),
     (RequestTimeoutError, 504, "timeout"),

@@ -39,6 +39,12 @@ class Metrics:
         self.validation_failures = Counter(
             "extractor_validation_failures", "attempts rejected by validation or grounding", ["task"], registry=r
         )
+        self.cuts = Counter(
+            "extractor_cut_attempts",
+            "attempts cut at max_tokens (finish reason length)",
+            ["task"],
+            registry=r,
+        )
         self.tokens = Counter(
             "extractor_tokens", "tokens in (prompt) and out (completion)", ["task", "direction"], registry=r
         )
@@ -68,6 +74,9 @@ class Metrics:
         failed = sum(1 for a in attempts if a.errors)
         if failed:
             self.validation_failures.labels(task).inc(failed)
+        cuts = sum(1 for a in attempts if a.finish_reason == "length")
+        if cuts:
+            self.cuts.labels(task).inc(cuts)
         self.tokens.labels(task, "in").inc(sum(a.prompt_tokens for a in attempts))
         self.tokens.labels(task, "out").inc(sum(a.completion_tokens for a in attempts))
 

@@ -53,6 +53,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         (413, "body or text over the limit"),
         (422, "bad body, or no valid result after every attempt"),
         (429, "over the admission limit (see Retry-After)"),
+        (502, "the remote engine's servers failed on every try"),
         (503, "engine not ready"),
         (504, "past the per-request timeout"),
     ]

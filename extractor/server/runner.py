@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from types import FrameType
 
@@ -11,6 +12,10 @@ from extractor.api import Extractor
 from extractor.server.access import exposure_warning
 from extractor.server.app import create_app
 from extractor.server.service import Service
+
+ENGINE_DEAD_EXIT = 3  # the exit status of a server whose engine died
+# How long /readyz answers 503 before the server stops listening, so a balancer sees it.
+ENGINE_DEAD_GRACE_S = 2.0
 
 
 class _DrainingServer(uvicorn.Server):
@@ -28,11 +33,23 @@ class _DrainingServer(uvicorn.Server):
         self._service.draining = True
         super().handle_exit(sig, frame)
 
+    def engine_dead(self) -> None:
+        """The engine died: /readyz and new requests get 503 for a moment, then the server stops."""
+        self._service.draining = True
+        # What still runs cannot finish on a dead engine: wait for it briefly, not shutdown_timeout_s.
+        self.config.timeout_graceful_shutdown = int(ENGINE_DEAD_GRACE_S)
+        asyncio.get_running_loop().call_later(ENGINE_DEAD_GRACE_S, self._stop)
 
-def serve(extractor: Extractor, *, access_log: bool = True) -> None:
-    """Serve until SIGINT or SIGTERM, then drain and close the engine.
+    def _stop(self) -> None:
+        self.should_exit = True
 
-    uvicorn re-raises the signal once it has shut down, so the process ends as signalled.
+
+def serve(extractor: Extractor, *, access_log: bool = True) -> int:
+    """Serve until SIGINT or SIGTERM, then drain and close the engine; the process's exit status.
+
+    uvicorn re-raises the signal once it has shut down, so the process ends as signalled. When
+    the engine dies, the server stops the same way and returns :data:`ENGINE_DEAD_EXIT` (a
+    supervisor restarts it; restarting vLLM inside a process whose engine core died is not safe).
     """
     settings = extractor.settings
     warning = exposure_warning(settings)
@@ -47,4 +64,8 @@ def serve(extractor: Extractor, *, access_log: bool = True) -> None:
         access_log=access_log,
         timeout_graceful_shutdown=int(settings.shutdown_timeout_s),
     )
-    _DrainingServer(config, app.state.service).run()
+    service: Service = app.state.service
+    server = _DrainingServer(config, service)
+    service.on_engine_dead = server.engine_dead
+    server.run()
+    return ENGINE_DEAD_EXIT if service.engine_dead is not None else 0

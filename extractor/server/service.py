@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
 from typing import Any
 
@@ -15,6 +15,7 @@ import jinja2.meta
 from extractor.api import Extractor
 from extractor.engines.base import Generation, GenerationRequest, stream_text
 from extractor.errors import (
+    EngineDeadError,
     EngineNotReadyError,
     ExtractionFailed,
     ExtractorError,
@@ -52,6 +53,10 @@ class Service:
         self._ready: tuple[float, bool, str] = (float("-inf"), False, "")
         self._ready_lock = asyncio.Lock()
         self._prompt_variables: dict[str, list[str]] = {}
+        # Set when the engine died: every request gets 503, and ``on_engine_dead`` (the runner's
+        # hook) ends the process so a supervisor can restart it.
+        self.engine_dead: str | None = None
+        self.on_engine_dead: Callable[[], None] | None = None
 
     # -- engine ---------------------------------------------------------------------------
 
@@ -76,8 +81,19 @@ class Service:
         if self._start is not None and not self._start.done():
             self._start.cancel()
 
+    def engine_died(self, error: EngineDeadError) -> None:
+        """The engine is gone for good: refuse everything from now on and tell the runner (once)."""
+        if self.engine_dead is not None:
+            return
+        self.engine_dead = str(error)
+        log.error("the engine died: %s; refusing requests and stopping", error)
+        if self.on_engine_dead is not None:
+            self.on_engine_dead()
+
     async def _not_started(self) -> str | None:
         """Why requests cannot run yet, or None. Without a lifespan, the engine starts here."""
+        if self.engine_dead is not None:
+            return f"the engine died ({self.engine_dead}); the service is stopping"
         if self.draining:
             return "shutting down: not taking new requests"
         start = self._start
@@ -112,6 +128,9 @@ class Service:
                 ok, why = True, "ok"
             except TimeoutError:
                 ok, why = False, "the canary generation timed out"
+            except EngineDeadError as error:
+                self.engine_died(error)
+                ok, why = False, f"the engine died: {error}"
             except ExtractorError as error:
                 ok, why = False, f"the canary generation failed: {error}"
             self._ready = (time.monotonic(), ok, why)
@@ -229,6 +248,9 @@ class Service:
                 result = await self.extractor.arun(task, text, options=options)
         except TimeoutError:
             raise self._timed_out() from None
+        except EngineDeadError as error:
+            self.engine_died(error)
+            raise
         except ExtractionFailed as failed:
             self.metrics.observe_attempts(label, failed.attempts)
             raise
@@ -281,6 +303,9 @@ class Service:
                         yield text
         except TimeoutError:
             raise self._timed_out() from None
+        except EngineDeadError as error:
+            self.engine_died(error)
+            raise
 
     async def _until(self, chunks: AsyncGenerator[str, None], deadline: float) -> AsyncGenerator[str, None]:
         # The deadline wraps each step, never a yield: a timeout must not fire in the consumer.

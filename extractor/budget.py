@@ -1,0 +1,135 @@
+"""Output budgets: how many tokens a task's longest possible answer takes, from its schema. Pure.
+
+The estimate is conservative without a tokenizer: a free string value counts one token a
+character (CJK text is about that; English is fewer), field names, enum values and JSON
+punctuation one token per :data:`SYNTAX_CHARS_PER_TOKEN` characters. A value with no upper
+bound (an array without ``maxItems``, a string without ``maxLength`` or ``enum``) makes the
+worst case unbounded. ``extractor tasks check`` warns when the estimate cannot fit the task's
+``max_tokens``: such a task gets answers cut at ``max_tokens`` (re-asked with a larger budget,
+but each cut costs an attempt).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+SYNTAX_CHARS_PER_TOKEN = 3
+NUMBER_TOKENS = 8  # a number without bounds: up to about 20 digits
+_MAX_REF_DEPTH = 32
+
+
+@dataclass
+class WorstCase:
+    """The longest answer a schema allows, in (estimated) tokens; ``unbounded`` lists why there is no bound."""
+
+    tokens: int = 0
+    unbounded: list[str] = field(default_factory=list)
+
+    @property
+    def bounded(self) -> bool:
+        return not self.unbounded
+
+
+def worst_case(schema: Mapping[str, Any]) -> WorstCase:
+    """The longest compact-JSON answer ``schema`` allows (``$ref`` to its own ``$defs`` followed)."""
+    out = WorstCase()
+    out.tokens = _tokens(schema, schema, "", out, 0)
+    return out
+
+
+def check(schema: Mapping[str, Any], *, max_tokens: int) -> str | None:
+    """A warning when the worst-case answer cannot fit ``max_tokens``; None when it can."""
+    case = worst_case(schema)
+    if not case.bounded:
+        listed = ", ".join(case.unbounded[:5]) + (" ..." if len(case.unbounded) > 5 else "")
+        return (
+            f"the answer has no length bound ({listed}): it can run past max_tokens {max_tokens}; "
+            "bound it with maxItems / maxLength"
+        )
+    if case.tokens > max_tokens:
+        return (
+            f"the longest answer the schema allows takes about {case.tokens} tokens, over max_tokens {max_tokens}: "
+            "such answers are cut (and re-asked with a larger budget); raise max_tokens or lower maxItems / maxLength"
+        )
+    return None
+
+
+def _syntax(text: str) -> int:
+    return math.ceil(len(text) / SYNTAX_CHARS_PER_TOKEN)
+
+
+def _tokens(root: Mapping[str, Any], node: Any, pointer: str, out: WorstCase, depth: int) -> int:
+    if not isinstance(node, Mapping) or depth > _MAX_REF_DEPTH:
+        if depth > _MAX_REF_DEPTH:
+            out.unbounded.append(f"{pointer or '/'}: $ref nests deeper than {_MAX_REF_DEPTH}")
+        return 1 if node is not False else 0
+    if "$ref" in node:
+        target = _resolve(root, str(node["$ref"]))
+        if target is None:
+            out.unbounded.append(f"{pointer or '/'}: $ref {node['$ref']!r} is not local")
+            return 0
+        return _tokens(root, target, pointer, out, depth + 1)
+    if "const" in node:
+        return _syntax(json.dumps(node["const"], ensure_ascii=False, separators=(",", ":")))
+    if "enum" in node:
+        values = node["enum"] if isinstance(node["enum"], list) else []
+        return max((_syntax(json.dumps(v, ensure_ascii=False, separators=(",", ":"))) for v in values), default=1)
+    branches = [b for key in ("anyOf", "oneOf") for b in node.get(key, ()) if isinstance(b, Mapping)]
+    if branches:
+        return max(_tokens(root, b, pointer, out, depth + 1) for b in branches)
+    kinds = node.get("type")
+    types = kinds if isinstance(kinds, list) else [kinds] if kinds else _implied(node)
+    return max((_typed(root, node, str(t), pointer, out, depth) for t in types), default=1)
+
+
+def _implied(node: Mapping[str, Any]) -> list[str]:
+    if "properties" in node:
+        return ["object"]
+    if "items" in node or "maxItems" in node:
+        return ["array"]
+    return ["string"] if "maxLength" in node else []
+
+
+def _typed(
+    root: Mapping[str, Any], node: Mapping[str, Any], kind: str, pointer: str, out: WorstCase, depth: int
+) -> int:
+    if kind == "object":
+        properties = node.get("properties") or {}
+        total = 1  # the braces, with the commas: about one token per two characters of "{,,}"
+        for name, sub in properties.items():
+            total += _syntax(json.dumps(name, ensure_ascii=False) + ":,")
+            total += _tokens(root, sub, f"{pointer}/{name}", out, depth + 1)
+        return total
+    if kind == "array":
+        items = node.get("items", {})
+        most = node.get("maxItems")
+        if not isinstance(most, int):
+            out.unbounded.append(f"{pointer or '/'}: array without maxItems")
+            return 0
+        return 1 + most * (_tokens(root, items, f"{pointer}/items", out, depth + 1) + 1)
+    if kind == "string":
+        most = node.get("maxLength")
+        if not isinstance(most, int):
+            out.unbounded.append(f"{pointer or '/'}: string without maxLength")
+            return 0
+        return most + 1  # one token a character (CJK-like), and the quotes
+    if kind in ("number", "integer"):
+        bounds = [node[k] for k in ("minimum", "maximum") if isinstance(node.get(k), int | float)]
+        return max((_syntax(str(b)) for b in bounds), default=NUMBER_TOKENS) if len(bounds) == 2 else NUMBER_TOKENS
+    return 1  # boolean, null
+
+
+def _resolve(root: Mapping[str, Any], ref: str) -> Any:
+    if not ref.startswith("#"):
+        return None
+    node: Any = root
+    for part in ref[1:].split("/")[1:] if ref != "#" else []:
+        part = part.replace("~1", "/").replace("~0", "~")
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
