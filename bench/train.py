@@ -207,7 +207,8 @@ def main() -> None:
         if args.adapter:
             shutil.copytree(args.adapter, folder / ADAPTER)
             training = {**manifest.read(folder / ADAPTER)["metrics"], "adapter_bytes": _size(folder / ADAPTER)}
-            training.setdefault("samples", training.get("examples", 0))
+            epochs = manifest.read(folder / ADAPTER)["config"].get("epochs") or 1
+            training.setdefault("samples", round(training.get("examples", 0) / epochs))
             training.setdefault("held_out", 0)
         else:
             config = trainer.TrainConfig(
