@@ -387,3 +387,13 @@ def test_an_error_once_a_chat_stream_has_begun_is_an_error_event(catalog: Catalo
         )
         with pytest.raises(openai.APIError, match="no response queued"):
             list(stream)
+
+
+def test_routing_errors_under_v1_are_in_the_openai_shape(catalog: Catalog, tmp_path: Path) -> None:
+    for live in _live(catalog, tmp_path):
+        with pytest.raises(openai.NotFoundError) as missing:
+            live.client(max_retries=0).get("/embeddings", cast_to=object)
+        assert missing.value.body["type"] == "invalid_request_error"  # type: ignore[index]
+        assert "/v1/chat/completions" in missing.value.body["message"]  # type: ignore[index]
+        wrong = httpx.get(f"{live.url}/v1/chat/completions")
+        assert wrong.status_code == 405 and set(wrong.json()) == {"error"}

@@ -76,6 +76,8 @@ def create_app(
 
     @app.exception_handler(HTTPException)
     async def on_http_error(request: Request, error: HTTPException) -> JSONResponse:
+        if request.url.path.startswith(openai.PREFIX + "/"):  # /v1: OpenAI's error shape, even here
+            return openai.http_error(error.status_code, str(error.detail), error.headers)
         # Unknown routes answer exactly like unknown tasks, whatever the path held.
         if error.status_code == 404:
             body = ErrorOut(error="not_found", message=NOT_FOUND_MESSAGE)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from extractor.server.openai.routes import PREFIX, error_response, router
+from extractor.server.openai.routes import PREFIX, error_response, http_error, router
 from extractor.server.openai.serving import OpenAIFront
 from extractor.server.service import Service
 
-__all__ = ["PREFIX", "OpenAIFront", "error_response", "install"]
+__all__ = ["PREFIX", "OpenAIFront", "error_response", "http_error", "install"]
 
 
 def install(app: FastAPI, service: Service) -> None:

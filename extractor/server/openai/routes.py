@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Iterable
+from collections.abc import AsyncGenerator, Iterable, Mapping
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -13,7 +13,7 @@ from extractor.errors import ExtractorError
 from extractor.server.admission import Ticket
 from extractor.server.middleware import METRICS_LABELS
 from extractor.server.openai import translate
-from extractor.server.openai.protocol import ChatCompletionOut, ChatCompletionRequest, ErrorBody, ModelsOut
+from extractor.server.openai.protocol import ChatCompletionOut, ChatCompletionRequest, ErrorBody, ErrorDetail, ModelsOut
 from extractor.server.openai.serving import OpenAIFront
 
 PREFIX = "/v1"
@@ -31,6 +31,16 @@ def error_response(error: ExtractorError) -> JSONResponse:
     """One of our errors in OpenAI's shape, with the service's status code."""
     status, body, headers = translate.error(error)
     return JSONResponse(status_code=status, content=body.model_dump(mode="json"), headers=headers)
+
+
+def http_error(status: int, detail: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
+    """A routing error under ``/v1`` (unknown path 404, wrong method 405) in OpenAI's shape."""
+    found = status != 404
+    message = detail if found else "no such route under /v1: GET /v1/models, POST /v1/chat/completions"
+    detail_out = ErrorDetail(message=message, type="invalid_request_error", code="not_found" if not found else None)
+    return JSONResponse(
+        status_code=status, content=ErrorBody(error=detail_out).model_dump(mode="json"), headers=headers
+    )
 
 
 class _AdmittedStream(StreamingResponse):
