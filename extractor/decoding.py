@@ -61,7 +61,7 @@ _XGRAMMAR_FORMATS = frozenset(
 # Keywords whose values are subschemas, so the walk goes on below them.
 _SCHEMA_MAP_KEYS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 _SCHEMA_LIST_KEYS = ("allOf", "anyOf", "oneOf", "prefixItems")
-_SCHEMA_KEYS = (
+SUBSCHEMA_KEYS = (
     "items",
     "additionalProperties",
     "not",
@@ -94,7 +94,7 @@ def walk(schema: Any, pointer: str = "#") -> Iterator[tuple[str, Mapping[str, An
         if isinstance(children, list):
             for index, child in enumerate(children):
                 yield from walk(child, f"{pointer}/{key}/{index}")
-    for key in _SCHEMA_KEYS:
+    for key in SUBSCHEMA_KEYS:
         yield from walk(schema.get(key), f"{pointer}/{key}")
 
 
@@ -149,4 +149,18 @@ def _strip(node: Any, *, names: bool = False) -> Any:
         }
     if isinstance(node, list):
         return [_strip(v) for v in node]
+    return node
+
+
+def node_at(root: Any, pointer: str) -> Any:
+    """The node a JSON pointer (``""``, ``/a/0/b``; ``~0``/``~1`` escaped) names in ``root``, or None."""
+    node = root
+    for token in pointer.split("/")[1:] if pointer else []:
+        token = token.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, Mapping):
+            node = node.get(token)
+        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+            node = node[int(token)]
+        else:
+            return None
     return node

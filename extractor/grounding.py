@@ -29,7 +29,7 @@ from urllib.parse import unquote
 
 from rapidfuzz import fuzz
 
-from extractor.decoding import walk
+from extractor.decoding import node_at, walk
 
 SpanStatus = Literal["exact", "normalized", "fuzzy", "missing"]
 GroundingPolicy = Literal["strict", "flag", "off"]
@@ -110,16 +110,7 @@ def _resolve(root: Mapping[str, Any], ref: str) -> Any:
     fragment = unquote(ref[1:])
     if fragment and not fragment.startswith("/"):
         return _find_anchor(root, fragment)
-    node: Any = root
-    for token in fragment.split("/")[1:]:
-        token = token.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, Mapping):
-            node = node.get(token)
-        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
-            node = node[int(token)]
-        else:
-            return None
-    return node
+    return node_at(root, fragment)
 
 
 def _find_anchor(root: Mapping[str, Any], name: str) -> Any:

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from extractor.config import DEFAULT_MODEL, Settings
 from extractor.errors import ConfigError, ModelNotPreparedError
@@ -114,17 +115,13 @@ def repair_byte_level_tokenizer(path: Path) -> bool:
 
 def _convert(gguf: Path, out: Path) -> None:
     import torch
-    from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     # transformers refuses to save a model loaded from GGUF (it counts as quantized), but the
     # weights are already dequantized: save the state dict and a config without the quantization.
-    state = {name: tensor.detach().contiguous().clone() for name, tensor in model.state_dict().items()}
-    if model.config.tie_word_embeddings:
-        state.pop("lm_head.weight", None)
-    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    save_weights(model, out)
     model.config.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
     repair_byte_level_tokenizer(out / "tokenizer.json")
@@ -134,3 +131,13 @@ def _convert(gguf: Path, out: Path) -> None:
     config["architectures"] = ["LlamaForCausalLM"]
     config["torch_dtype"] = "float32"
     config_path.write_text(json.dumps(config, indent=2), encoding="utf-8")
+
+
+def save_weights(model: Any, out: Path) -> None:
+    """``model``'s weights as ``out/model.safetensors`` (a tied ``lm_head`` left out, as vLLM expects)."""
+    from safetensors.torch import save_file
+
+    state = {name: tensor.detach().contiguous().clone() for name, tensor in model.state_dict().items()}
+    if model.config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})

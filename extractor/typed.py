@@ -38,6 +38,8 @@ from typing import Any, ForwardRef, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, create_model
 
+from extractor.decoding import node_at
+
 # Typing forms subscripted with run-time tuples: typed Any so mypy reads them as expressions.
 _LITERAL: Any = Literal
 _UNION: Any = Union
@@ -450,15 +452,7 @@ def _merge(base: Mapping[str, Any], branch: Mapping[str, Any]) -> dict[str, Any]
 
 
 def _resolve(root: Mapping[str, Any], ref: str) -> Mapping[str, Any] | bool | None:
-    node: Any = root
-    for token in ref[1:].split("/")[1:] if ref != "#" else []:
-        token = token.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, Mapping):
-            node = node.get(token)
-        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
-            node = node[int(token)]
-        else:
-            return None
+    node = node_at(root, ref[1:])
     return node if isinstance(node, (Mapping, bool)) else None
 
 

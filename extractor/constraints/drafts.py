@@ -47,6 +47,8 @@ from jsonschema.validators import (
 )
 from referencing._core import Resolver
 
+from extractor import decoding
+
 if TYPE_CHECKING:
     from referencing._core import Resolver
 
@@ -72,19 +74,7 @@ _BASE = "urn:extractor:task"
 # Where subschemas sit, in 2020-12 terms, plus the older spellings read on the way in.
 _MAP_KEYS = ("properties", "patternProperties", "$defs", "dependentSchemas")
 _LIST_KEYS = ("allOf", "anyOf", "oneOf", "prefixItems")
-_ONE_KEYS = (
-    "items",
-    "additionalProperties",
-    "not",
-    "if",
-    "then",
-    "else",
-    "contains",
-    "propertyNames",
-    "unevaluatedItems",
-    "unevaluatedProperties",
-    "contentSchema",
-)
+_ONE_KEYS = decoding.SUBSCHEMA_KEYS
 _DATA_KEYS = frozenset({"const", "enum", "default", "examples"})
 _IDENTITY_KEYS = frozenset({"$schema", "id", "$id", "$anchor", "$dynamicAnchor", "$recursiveAnchor", "$vocabulary"})
 _REF_KEYS = ("$ref", "$recursiveRef", "$dynamicRef")

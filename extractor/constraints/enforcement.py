@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from extractor import decoding
 from extractor.decoding import types_of, walk
 
 # The formats llguidance 1.7.6 compiles (any other is a compile error).
@@ -62,19 +63,7 @@ _TOGETHER = {
 }
 _MAP_KEYS = ("properties", "patternProperties", "dependentSchemas")
 _LIST_KEYS = ("allOf", "anyOf", "prefixItems")
-_ONE_KEYS = (
-    "items",
-    "additionalProperties",
-    "not",
-    "if",
-    "then",
-    "else",
-    "contains",
-    "propertyNames",
-    "unevaluatedItems",
-    "unevaluatedProperties",
-    "contentSchema",
-)
+_ONE_KEYS = decoding.SUBSCHEMA_KEYS
 
 
 @dataclass(frozen=True)

@@ -147,21 +147,8 @@ def _origin(pointer: str, source: Mapping[str, Any], shaped: wrapping.Shaped, or
     node, _, keyword = translated.rpartition("/")
     if node in origins:
         written = origins[node]
-        found = _at(source, written)
+        found = decoding.node_at(source, written)
         if isinstance(found, Mapping) and keyword not in found:
             keyword = _RENAMED.get(keyword, keyword)
         return f"{written}/{keyword}"
     return origins.get(translated, translated)
-
-
-def _at(schema: Any, pointer: str) -> Any:
-    node = schema
-    for token in pointer.split("/")[1:]:
-        token = token.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, Mapping):
-            node = node.get(token)
-        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
-            node = node[int(token)]
-        else:
-            return None
-    return node

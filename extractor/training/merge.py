@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from extractor.models import save_weights
 from extractor.training.manifest import AdapterError, check_model, read
 
 MERGED = "extractor-merged.json"
@@ -28,7 +29,6 @@ def merge(model_dir: Path, adapter: Path, out: Path) -> Path:
     manifest = read(adapter)
     import torch
     from peft import PeftModel
-    from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM
 
     base: Any = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
@@ -36,10 +36,7 @@ def merge(model_dir: Path, adapter: Path, out: Path) -> Path:
     staging = out.with_name(out.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    state = {name: t.detach().contiguous().clone() for name, t in merged.state_dict().items()}
-    if merged.config.tie_word_embeddings:
-        state.pop("lm_head.weight", None)
-    save_file(state, str(staging / "model.safetensors"), metadata={"format": "pt"})
+    save_weights(merged, staging)
     shutil.copy(model_dir / "config.json", staging / "config.json")
     for name in _KEEP:
         if (model_dir / name).is_file():
