@@ -196,6 +196,7 @@ async def engine_phase(out: Path, per_task: int, seed_per_task: int, parts: Sequ
     common.CONCURRENCY = settings.max_num_seqs
     started = time.perf_counter()
     extractor = Extractor(settings=settings)
+    items = common.gold_items(extractor.catalog.names())  # before the engine starts: a missing file fails fast
     await extractor.astart()
     report["start"] = {
         "engine_start_s": time.perf_counter() - started,
@@ -206,7 +207,6 @@ async def engine_phase(out: Path, per_task: int, seed_per_task: int, parts: Sequ
         "gpu_memory": gpu_memory(),
     }
     engine = extractor.engine
-    items = common.gold_items(extractor.catalog.names())
     tasks = sorted({i.task for i in items})
     work = common.jobs(items, tasks, per_task)
     try:
