@@ -183,6 +183,7 @@ VARIANTS = {
     "adapter": "adapter, no examples (LoRA)",
     "adapter_k3": "adapter + 3 retrieved examples (LoRA)",
     "merged": "merged model (`extractor model merge`), no examples",
+    "merged_k3": "merged model + 3 retrieved examples",
 }
 
 
@@ -223,12 +224,15 @@ def main() -> None:
         print(f"bench: training {json.dumps(training)}", flush=True)
         if args.keep:
             shutil.copytree(folder / ADAPTER, args.keep, dirs_exist_ok=True)
-        rows = []
+        rows, merged = [], None
         for name in chosen:
             model = None
-            if name == "merged":
-                model = merge(resolve_model_dir(Settings.from_env()), folder / ADAPTER, folder / "merged")
-            point_at_adapter(folder, names, examples=name in ("base", "adapter_k3"), adapter=name != "base")
+            if name.startswith("merged"):  # merged once, for both merged variants
+                merged = merged or merge(resolve_model_dir(Settings.from_env()), folder / ADAPTER, folder / "merged")
+                model = merged
+            point_at_adapter(
+                folder, names, examples=name in ("base", "adapter_k3", "merged_k3"), adapter=name != "base"
+            )
             rows.append(
                 asyncio.run(score(folder, VARIANTS[name], args.eval_per_intent, model=model, warmup=args.warmup))
             )
