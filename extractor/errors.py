@@ -121,6 +121,10 @@ class EngineNotReadyError(EngineError):
         super().__init__(message)
 
 
+class ShuttingDownError(EngineNotReadyError):
+    """The service is draining after SIGTERM or SIGINT: what is in flight finishes, nothing new starts."""
+
+
 class OverloadedError(ExtractorError):
     """The service is at its admission limit (in flight + queued); retry later."""
 

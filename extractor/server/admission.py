@@ -3,6 +3,8 @@
 A job is one extraction (a batch of n items is n jobs) or one chat. Jobs are admitted whole at
 the door (:meth:`Admission.admit`), then each takes one of the in-flight slots in turn
 (:meth:`Admission.slot`). The engine batches whatever is in flight (continuous batching).
+:meth:`Admission.refusal` is the door's answer without admitting anything (the HTTP gate asks it
+before reading a body), and :meth:`Admission.idle` waits until every admitted job is done (a drain).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ class Ticket:
     def release(self) -> None:
         """Give the room back."""
         if self.jobs:
-            self._admission.admitted -= self.jobs
+            self._admission.give_back(self.jobs)
             self.jobs = 0
 
     def __enter__(self) -> Ticket:
@@ -50,6 +52,8 @@ class Admission:
         self.admitted = 0
         self.in_flight = 0
         self._slots = asyncio.Semaphore(max_in_flight)
+        self._idle = asyncio.Event()  # set while nothing is admitted
+        self._idle.set()
         self._job_s = 1.0  # moving average of a job's time in its slot, for Retry-After
 
     @property
@@ -57,16 +61,35 @@ class Admission:
         """Admitted jobs waiting for a slot."""
         return self.admitted - self.in_flight
 
+    def refusal(self, jobs: int = 1) -> OverloadedError | None:
+        """The 429 that :meth:`admit` would raise for ``jobs`` more jobs, or None when they fit."""
+        if self.admitted + jobs <= self.capacity:
+            return None
+        return OverloadedError(
+            f"over the admission limit: {self.in_flight} in flight and {self.queued} queued "
+            f"(EXTRACTOR_MAX_IN_FLIGHT + EXTRACTOR_MAX_QUEUED = {self.capacity}); retry later",
+            retry_after=self.retry_after(),
+        )
+
     def admit(self, jobs: int = 1) -> Ticket:
         """Room for ``jobs`` more jobs, or :class:`OverloadedError` (429) when they do not fit."""
-        if self.admitted + jobs > self.capacity:
-            raise OverloadedError(
-                f"over the admission limit: {self.in_flight} in flight and {self.queued} queued "
-                f"(EXTRACTOR_MAX_IN_FLIGHT + EXTRACTOR_MAX_QUEUED = {self.capacity}); retry later",
-                retry_after=self.retry_after(),
-            )
+        refused = self.refusal(jobs)
+        if refused is not None:
+            raise refused
         self.admitted += jobs
+        if jobs:
+            self._idle.clear()
         return Ticket(self, jobs)
+
+    def give_back(self, jobs: int) -> None:
+        """``jobs`` admitted jobs are done (through :meth:`Ticket.release`)."""
+        self.admitted -= jobs
+        if not self.admitted:
+            self._idle.set()
+
+    async def idle(self) -> None:
+        """Return once no job is admitted (at once when none is)."""
+        await self._idle.wait()
 
     def retry_after(self) -> int:
         """Seconds until the queue has likely moved on: queued jobs over slots, times a job's time."""

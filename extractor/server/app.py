@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import re
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -10,12 +11,14 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.types import Scope
 
 from extractor.api import Extractor
 from extractor.errors import ExtractorError
 from extractor.server import access, openai, playground
 from extractor.server.errors import NOT_FOUND_MESSAGE, error_response
-from extractor.server.middleware import HttpGate
+from extractor.server.middleware import METRICS_LABELS, HttpGate
+from extractor.server.openai.routes import ROUTE_LABEL as OPENAI_ROUTE
 from extractor.server.protocol import ErrorOut
 from extractor.server.reloading import CatalogReloader
 from extractor.server.routes import router
@@ -23,6 +26,8 @@ from extractor.server.service import Service
 from extractor.server.strict_json import StrictJsonGate
 
 __all__ = ["NOT_FOUND_MESSAGE", "create_app", "error_response"]
+# The routes that admit engine jobs (POST): the gate asks the service before reading their bodies.
+_ENGINE_BOUND = re.compile(r"/extract/(?P<task>[^/]+)(?P<batch>/batch)?|/chat|" + openai.PREFIX + "/chat/completions")
 
 
 def create_app(
@@ -67,6 +72,7 @@ def create_app(
         task_label=service.task_label,
         error_shapes=[(openai.PREFIX + "/", openai.error_response)],
         body_timeout_s=extractor.settings.body_timeout_s,
+        refuse=_early_refusal(service),
     )
     access.install(app, extractor.settings)  # outermost: API keys before any body is read, CORS
 
@@ -101,6 +107,32 @@ def create_app(
         return JSONResponse(status_code=422, content=body.model_dump(mode="json", exclude_none=True))
 
     return app
+
+
+def _early_refusal(service: Service) -> Callable[[Scope], ExtractorError | None]:
+    """Whether the gate refuses an engine-bound request before reading its body (503, 429), and why.
+
+    An unknown task is left to the routes (404 comes first, whatever the load). A refused request
+    never reaches a route, so it is labelled for the metrics here.
+    """
+
+    def refuse(scope: Scope) -> ExtractorError | None:
+        found = _ENGINE_BOUND.fullmatch(scope["path"]) if scope["method"] == "POST" else None
+        if found is None:
+            return None
+        task = found["task"]
+        if task is not None and task not in service.extractor.catalog.tasks:
+            return None
+        refused = service.refusal()
+        if refused is not None:
+            if task is None:
+                route = "/chat" if scope["path"] == "/chat" else OPENAI_ROUTE
+            else:
+                route = "/extract/{task}/batch" if found["batch"] else "/extract/{task}"
+            scope[METRICS_LABELS] = {"route": route, "task": task}
+        return refused
+
+    return refuse
 
 
 def _problem(error: Any) -> str:
