@@ -464,6 +464,20 @@ async def test_over_the_limit_is_refused_before_the_body_is_read(catalog: Catalo
     assert metric(text, "extractor_requests_total", route="openai", task="-", status="429") == 1
 
 
+async def test_a_burst_over_the_limit_is_refused_before_parsing(catalog: Catalog, tmp_path: Path) -> None:
+    # Six requests at once, room for two: the gate holds room for the first two as their bodies
+    # arrive, so the other four are refused before anything parses them (here, bodies that
+    # would be 422); then nothing is left held.
+    app = make_app(catalog, tmp_path, ScriptedEngine(respond=answer_by_text), max_in_flight=1, max_queued=1)
+    async with client_for(app) as client:
+        assert (await client.get("/readyz")).status_code == 200
+        burst = await asyncio.gather(*(client.post("/extract/landmark_slots", json={"text": 5}) for _ in range(6)))
+        batch = await client.post("/extract/landmark_slots/batch", json={"items": [{"text": "故宫"}] * 2})
+    assert sorted(r.status_code for r in burst) == [422, 422, 429, 429, 429, 429]
+    assert batch.status_code == 200  # the room held at the gate is handed over: a batch of 2 fits in 2
+    assert app.state.service.admission.admitted == 0
+
+
 async def test_client_disconnect_cancels_the_engine_request(catalog: Catalog, tmp_path: Path) -> None:
     engine = ScriptedEngine(respond=answer_by_text, delay_s=5)
     app = make_app(catalog, tmp_path, engine)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator
+from contextlib import AbstractContextManager, asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -72,7 +72,7 @@ def create_app(
         task_label=service.task_label,
         error_shapes=[(openai.PREFIX + "/", openai.error_response)],
         body_timeout_s=extractor.settings.body_timeout_s,
-        refuse=_early_refusal(service),
+        door=_EngineDoor(service),
     )
     access.install(app, extractor.settings)  # outermost: API keys before any body is read, CORS
 
@@ -109,30 +109,45 @@ def create_app(
     return app
 
 
-def _early_refusal(service: Service) -> Callable[[Scope], ExtractorError | None]:
-    """Whether the gate refuses an engine-bound request before reading its body (503, 429), and why.
+class _EngineDoor:
+    """The HTTP gate's door to the engine-bound routes: the service refuses (503, 429) or holds room.
 
-    An unknown task is left to the routes (404 comes first, whatever the load). A refused request
-    never reaches a route, so it is labelled for the metrics here.
+    An unknown task is left to the routes (404 comes first, whatever the load). A request refused
+    here never reaches a route, so it is labelled for the metrics here.
     """
 
-    def refuse(scope: Scope) -> ExtractorError | None:
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    def _labels(self, scope: Scope) -> dict[str, str | None] | None:
+        """The metrics labels of an engine-bound request, or None for any other."""
         found = _ENGINE_BOUND.fullmatch(scope["path"]) if scope["method"] == "POST" else None
         if found is None:
             return None
         task = found["task"]
-        if task is not None and task not in service.extractor.catalog.tasks:
+        if task is None:
+            return {"route": "/chat" if scope["path"] == "/chat" else OPENAI_ROUTE, "task": None}
+        if task not in self.service.extractor.catalog.tasks:
             return None
-        refused = service.refusal()
+        return {"route": "/extract/{task}/batch" if found["batch"] else "/extract/{task}", "task": task}
+
+    def refusal(self, scope: Scope) -> ExtractorError | None:
+        labels = self._labels(scope)
+        refused = self.service.refusal() if labels is not None else None
         if refused is not None:
-            if task is None:
-                route = "/chat" if scope["path"] == "/chat" else OPENAI_ROUTE
-            else:
-                route = "/extract/{task}/batch" if found["batch"] else "/extract/{task}"
-            scope[METRICS_LABELS] = {"route": route, "task": task}
+            scope[METRICS_LABELS] = labels
         return refused
 
-    return refuse
+    def hold(self, scope: Scope) -> AbstractContextManager[None] | None:
+        labels = self._labels(scope)
+        if labels is None:
+            return None
+        try:
+            ticket = self.service.hold()
+        except ExtractorError:
+            scope[METRICS_LABELS] = labels
+            raise
+        return self.service.admission.holding(ticket)
 
 
 def _problem(error: Any) -> str:

@@ -3,9 +3,10 @@
 - A body over ``max_body_bytes`` gets 413 from its ``Content-Length`` or while it is read,
   before any parsing; a body still incomplete ``body_timeout_s`` after the request began gets
   408 and the connection is closed (a slow-loris client holds nothing for long).
-- ``refuse`` (the app's, for engine-bound routes) may answer before the body is read: 503 while
-  the service drains, 429 over the admission limit. A refused request then costs neither a body
-  read nor JSON parsing and validation, so refusals stay fast however many clients retry.
+- The ``door`` (the app's, for engine-bound routes) may refuse a request before its body is read:
+  503 while the service drains, 429 over the admission limit. Once the body is read, the door
+  holds room for the request while it is parsed, or refuses it then. A refused request costs
+  neither JSON parsing nor validation, so refusals stay fast however many clients retry.
 - Once the body is read, the request runs in a task of its own while the gate listens for the
   client going away: a disconnect cancels the task, and cancelling aborts the engine request.
 - Every request is counted by route template, task (a catalog name or ``-``) and status
@@ -18,7 +19,8 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, Protocol
 
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -32,6 +34,16 @@ CLIENT_GONE = 499  # nginx's code for a client that closed the connection before
 # in the metrics otherwise than by route template and ``{task}`` path parameter (the OpenAI front).
 METRICS_LABELS = "extractor.metrics_labels"
 _WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
+
+
+class Door(Protocol):
+    """Who may pass the gate to an engine-bound route."""
+
+    def refusal(self, scope: Scope) -> ExtractorError | None:
+        """The answer to give before the body is read, or None."""
+
+    def hold(self, scope: Scope) -> AbstractContextManager[None] | None:
+        """Room held for the request while the app runs (raises :class:`ExtractorError` when refused)."""
 
 
 class _ClientGone(Exception):  # noqa: N818 - control flow inside this module
@@ -50,10 +62,10 @@ class HttpGate:
         task_label: Callable[[Any], str],
         error_shapes: Sequence[tuple[str, Callable[[ExtractorError], Response]]] = (),
         body_timeout_s: float | None = None,
-        refuse: Callable[[Scope], ExtractorError | None] | None = None,
+        door: Door | None = None,
     ) -> None:
         self.app = app
-        self.refuse = refuse
+        self.door = door
         self.body_timeout_s = body_timeout_s
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
@@ -102,6 +114,15 @@ class HttpGate:
             return False
         if body is None:
             return True  # answered 413 or 408
+        try:
+            held = self.door.hold(scope) if self.door is not None else None
+        except ExtractorError as error:
+            await self._answer(scope, receive, send, error)
+            return True
+        with held or nullcontext():
+            return await self._run(scope, body, receive, send)
+
+    async def _run(self, scope: Scope, body: bytes, receive: Receive, send: Send) -> bool:
         gone = asyncio.Event()
         replayed = answered = False
 
@@ -144,11 +165,11 @@ class HttpGate:
         return True
 
     def _refusal(self, scope: Scope) -> ExtractorError | None:
-        """The answer to give before reading the body (413 from ``Content-Length``, then ``refuse``'s)."""
+        """The answer to give before reading the body (413 from ``Content-Length``, then the door's)."""
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
             return self._too_large()
-        return self.refuse(scope) if self.refuse is not None else None
+        return self.door.refusal(scope) if self.door is not None else None
 
     async def _read_body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
         chunks: list[bytes] = []

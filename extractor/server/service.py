@@ -131,6 +131,16 @@ class Service:
         """
         return self._stopping() or self.admission.refusal(1)
 
+    def hold(self) -> Ticket:
+        """Room for one engine job, held while a request's body is parsed (503 or 429 when there is none).
+
+        The HTTP gate holds it (:meth:`Admission.holding`); the request's own admission takes it over.
+        """
+        refused = self.refusal()
+        if refused is not None:
+            raise refused
+        return self.admission.admit(1)
+
     def begin_drain(self) -> None:
         """Refuse new engine work from now on (503, ``/readyz`` 503); what is admitted runs on.
 
