@@ -93,6 +93,10 @@ class BodyTimeoutError(InputError):
     """The request body did not arrive within ``body_timeout_s`` (a slow or stalled client)."""
 
 
+class HeaderTimeoutError(InputError):
+    """The request line and headers did not arrive within ``header_timeout_s`` (a slow or stalled client)."""
+
+
 class EngineError(ExtractorError):
     """The generation engine failed or is not available."""
 

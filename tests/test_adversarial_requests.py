@@ -225,3 +225,34 @@ def test_hostile_bodies_get_413_408_or_a_closed_connection_and_memory_stays_flat
         assert growth_mb < 30, f"RSS grew {growth_mb:.0f} MB"
         # and the service still answers
         assert httpx.post(f"{url}/extract/landmark_slots", json={"text": LANDMARK_TEXT}, timeout=10).status_code == 200
+
+
+def test_slow_headers_get_408_and_a_closed_connection(tmp_path: Path) -> None:
+    timeout_s = 1.0
+    with served(tmp_path, env={"EXTRACTOR_HEADER_TIMEOUT_S": str(timeout_s)}) as (_, url):
+        request = head(2) + b"{}"
+        # a request line and headers at a byte every 0.3 s: 408 at the timeout, then closed
+        answer, seconds, closed = raw(url, b"", [(request[i : i + 1], 0.3) for i in range(40)], wait_s=timeout_s + 5)
+        assert answer.startswith(b"HTTP/1.1 408 ") and closed and seconds < timeout_s + 1, (answer, seconds)
+        assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"] == "header_timeout"
+        # a connection that sends nothing is closed without an answer
+        answer, seconds, closed = raw(url, b"", wait_s=timeout_s + 5)
+        assert answer == b"" and closed and seconds < timeout_s + 1, (answer, seconds)
+        # on a kept-alive connection: a whole request is answered; the next one's slow headers get 408
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=timeout_s + 5) as sock:
+            sock.sendall(request)
+            first = sock.recv(65536)
+            started = time.perf_counter()
+            answer = b""
+            for i in range(40):
+                sock.sendall(request[i : i + 1])
+                if select.select([sock], [], [], 0.3)[0]:
+                    break
+            while chunk := sock.recv(65536):
+                answer += chunk
+            seconds = time.perf_counter() - started
+        assert first.startswith(b"HTTP/1.1 422 "), first  # `{}` has no text
+        assert answer.startswith(b"HTTP/1.1 408 ") and seconds < timeout_s + 1, (answer, seconds)
+        # a request sent at once is unaffected, however long its answer takes to come
+        assert httpx.post(f"{url}/extract/landmark_slots", json={"text": LANDMARK_TEXT}, timeout=10).status_code == 200

@@ -12,6 +12,7 @@ from extractor.errors import (
     EngineNotReadyError,
     ExtractionFailed,
     ExtractorError,
+    HeaderTimeoutError,
     InputError,
     OverloadedError,
     PayloadTooLargeError,
@@ -36,6 +37,7 @@ _STATUS: list[tuple[type[ExtractorError], int, str]] = [
     (TaskError, 400, "bad_schema"),  # a schema sent with the request (the OpenAI front's response_format)
     (BadJsonError, 400, "bad_json"),
     (BodyTimeoutError, 408, "body_timeout"),
+    (HeaderTimeoutError, 408, "header_timeout"),
     (InputError, 422, "bad_input"),
     (OverloadedError, 429, "overloaded"),
     (UpstreamTimeoutError, 504, "timeout"),

@@ -11,6 +11,7 @@ from types import FrameType
 import uvicorn
 
 from extractor.api import Extractor
+from extractor.server import header_timeout
 from extractor.server.access import exposure_warning
 from extractor.server.app import create_app
 from extractor.server.service import Service
@@ -100,6 +101,7 @@ def serve(extractor: Extractor, *, access_log: bool = True) -> int:
         log_level="info",
         access_log=access_log,
         timeout_graceful_shutdown=int(settings.shutdown_timeout_s),
+        http=header_timeout.protocol(settings.header_timeout_s),
     )
     service: Service = app.state.service
     server = _DrainingServer(config, service, drain_timeout_s=settings.shutdown_timeout_s)
