@@ -34,11 +34,11 @@ def _answer(timeout_s: float) -> bytes:
     return f"{head}content-length: {len(content)}\r\nconnection: close\r\n\r\n".encode() + content
 
 
-def protocol(timeout_s: float) -> type[asyncio.Protocol]:
-    """The HTTP protocol class uvicorn would use, with the header timeout (for ``uvicorn.Config(http=...)``)."""
+def protocol(timeout_s: float, *, http: type[asyncio.Protocol] | None = None) -> type[asyncio.Protocol]:
+    """``http`` (default: the one uvicorn picks) with the header timeout, for ``uvicorn.Config(http=...)``."""
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
-    base: Any = AutoHTTPProtocol  # httptools when installed, else h11: both are subclassed the same way
+    base: Any = http or AutoHTTPProtocol  # httptools when installed, else h11: both are subclassed the same way
     timed_out = _answer(timeout_s)
 
     class HeaderTimeoutProtocol(base):  # type: ignore[misc]
