@@ -42,6 +42,7 @@ _SERVE_ONLY = {
     "request_timeout_s",
     "ready_cache_s",
     "shutdown_timeout_s",
+    "header_timeout_s",
     "chat_max_tokens",
     "watch",
     "playground",

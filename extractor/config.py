@@ -85,6 +85,8 @@ class Settings:
     scripted_delay_s: float = 0.0
     # a request body must arrive within this many seconds of the request line (slow clients: 408)
     body_timeout_s: float = 30.0
+    # `serve`: a request line and headers must arrive within this many seconds of their first byte (408)
+    header_timeout_s: float = 10.0
     # access (see README "Limits and guarantees"): API keys, comma-separated, and/or a file of them,
     # one per line; with any, every route but /healthz and /readyz needs `Authorization: Bearer KEY`
     api_keys: str | None = field(default=None, repr=False)
@@ -122,7 +124,8 @@ class Settings:
             if getattr(self, name) < 0:
                 raise ConfigError(f"EXTRACTOR_{name.upper()}: must be >= 0")
         positive = ("max_in_flight", "max_batch_items", "max_body_bytes", "max_text_chars", "chat_max_tokens")
-        for name in (*positive, "remote_timeout_s", "request_timeout_s", "shutdown_timeout_s", "body_timeout_s"):
+        timeouts = ("remote_timeout_s", "request_timeout_s", "shutdown_timeout_s", "body_timeout_s", "header_timeout_s")
+        for name in (*positive, *timeouts):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"EXTRACTOR_{name.upper()}: must be > 0")
         if self.max_queued < 0 or self.ready_cache_s < 0:

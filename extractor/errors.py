@@ -93,6 +93,10 @@ class BodyTimeoutError(InputError):
     """The request body did not arrive within ``body_timeout_s`` (a slow or stalled client)."""
 
 
+class HeaderTimeoutError(InputError):
+    """The request line and headers did not arrive within ``header_timeout_s`` (a slow or stalled client)."""
+
+
 class EngineError(ExtractorError):
     """The generation engine failed or is not available."""
 
@@ -119,6 +123,10 @@ class EngineNotReadyError(EngineError):
     def __init__(self, message: str, *, retry_after: int = 5) -> None:
         self.retry_after = retry_after
         super().__init__(message)
+
+
+class ShuttingDownError(EngineNotReadyError):
+    """The service is draining after SIGTERM or SIGINT: what is in flight finishes, nothing new starts."""
 
 
 class OverloadedError(ExtractorError):

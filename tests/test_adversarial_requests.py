@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import select
 import socket
+import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,13 +14,16 @@ from typing import Any
 
 import httpx
 import pytest
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from extractor import Extractor, ScriptedEngine
 from extractor.server import create_app
+from extractor.server.header_timeout import protocol
 from extractor.server.strict_json import MAX_DEPTH, MAX_NUMBER_CHARS
 
 from .conftest import LANDMARK_TEXT, landmark
-from .live import served
+from .live import free_port, served
 
 pytestmark = pytest.mark.adversarial
 JSON = {"content-type": "application/json"}
@@ -225,3 +230,79 @@ def test_hostile_bodies_get_413_408_or_a_closed_connection_and_memory_stays_flat
         assert growth_mb < 30, f"RSS grew {growth_mb:.0f} MB"
         # and the service still answers
         assert httpx.post(f"{url}/extract/landmark_slots", json={"text": LANDMARK_TEXT}, timeout=10).status_code == 200
+
+
+def length(answer: bytes) -> int:
+    """The Content-Length of an answer whose head has arrived (0 before)."""
+    head = answer.split(b"\r\n\r\n", 1)[0].lower()
+    return int(head.split(b"content-length: ", 1)[1].split(b"\r\n", 1)[0]) if b"content-length: " in head else 0
+
+
+def test_slow_headers_get_408_and_a_closed_connection(tmp_path: Path) -> None:
+    timeout_s = 1.0
+    with served(tmp_path, env={"EXTRACTOR_HEADER_TIMEOUT_S": str(timeout_s)}) as (_, url):
+        request = head(2) + b"{}"
+        # a request line and headers at a byte every 0.3 s: 408 at the timeout, then closed
+        answer, seconds, closed = raw(url, b"", [(request[i : i + 1], 0.3) for i in range(40)], wait_s=timeout_s + 5)
+        assert answer.startswith(b"HTTP/1.1 408 ") and closed and seconds < timeout_s + 1, (answer, seconds)
+        assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"] == "header_timeout"
+        # a connection that sends nothing is closed without an answer
+        answer, seconds, closed = raw(url, b"", wait_s=timeout_s + 5)
+        assert answer == b"" and closed and seconds < timeout_s + 1, (answer, seconds)
+        # on a kept-alive connection: a whole request is answered; the next one's slow headers get 408
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=timeout_s + 5) as sock:
+            sock.sendall(request)
+            first = b""
+            while b"\r\n\r\n" not in first or len(first.split(b"\r\n\r\n", 1)[1]) < length(first):
+                first += sock.recv(65536)
+            started = time.perf_counter()
+            answer = b""
+            for i in range(40):
+                sock.sendall(request[i : i + 1])
+                if select.select([sock], [], [], 0.3)[0]:
+                    break
+            while chunk := sock.recv(65536):
+                answer += chunk
+            seconds = time.perf_counter() - started
+        assert first.startswith(b"HTTP/1.1 422 "), first  # `{}` has no text
+        assert answer.startswith(b"HTTP/1.1 408 ") and seconds < timeout_s + 1, (answer, seconds)
+        # a request sent at once is unaffected, however long its answer takes to come
+        assert httpx.post(f"{url}/extract/landmark_slots", json={"text": LANDMARK_TEXT}, timeout=10).status_code == 200
+
+
+@pytest.mark.parametrize("implementation", ["h11", "httptools"])
+def test_the_header_timeout_holds_on_either_http_implementation(implementation: str) -> None:
+    if implementation == "httptools":
+        pytest.importorskip("httptools")
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+        base: type[asyncio.Protocol] = HttpToolsProtocol
+    else:
+        base = H11Protocol
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    port = free_port()
+    config = uvicorn.Config(app, port=port, log_level="warning", lifespan="off", http=protocol(0.5, http=base))
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not server.started:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        url = f"http://127.0.0.1:{port}"
+        request = b"GET / HTTP/1.1\r\nhost: x\r\n\r\n"
+        answer, seconds, closed = raw(url, b"", [(request[i : i + 1], 0.2) for i in range(len(request))])
+        assert answer.startswith(b"HTTP/1.1 408 ") and closed and seconds < 1.5, (answer, seconds)
+        answer, _, _ = raw(url, request, wait_s=0.3)
+        assert answer.startswith(b"HTTP/1.1 204 "), answer  # sent at once: served
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

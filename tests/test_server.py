@@ -350,6 +350,134 @@ async def test_draining_refuses_new_requests(catalog: Catalog, tmp_path: Path) -
     assert ready.status_code == 503
 
 
+async def test_drain_refuses_new_work_and_waits_for_what_is_admitted(catalog: Catalog, tmp_path: Path) -> None:
+    engine = ScriptedEngine(respond=answer_by_text, delay_s=0.5)
+    app = make_app(catalog, tmp_path, engine)
+    service = app.state.service
+    async with client_for(app) as client:
+        assert (await client.get("/readyz")).status_code == 200
+        in_flight = asyncio.create_task(client.post("/extract/landmark_slots", json={"text": LANDMARK_TEXT}))
+        await asyncio.sleep(0.1)
+        drain = asyncio.create_task(service.drain(timeout_s=5))
+        await asyncio.sleep(0)
+        messages = [{"role": "user", "content": LANDMARK_TEXT}]
+        ready = await client.get("/readyz")
+        refused = {
+            "extract": await client.post("/extract/landmark_slots", json={"text": LANDMARK_TEXT}),
+            "batch": await client.post("/extract/landmark_slots/batch", json={"items": [{"text": "故宫"}]}),
+            "chat": await client.post("/chat", json={"query": "hi"}),
+            "v1": await client.post("/v1/chat/completions", json={"model": "landmark_slots", "messages": messages}),
+        }
+        assert not drain.done()  # the admitted extraction is still running
+        served = await in_flight
+        assert await asyncio.wait_for(drain, 2) is True
+    assert served.status_code == 200 and served.json()["task"] == "landmark_slots"
+    assert ready.status_code == 503 and "shutting down" in ready.json()["reason"]
+    for name, response in refused.items():
+        assert response.status_code == 503, name
+        assert response.headers["retry-after"] == "1" and response.headers["connection"] == "close", name
+    assert refused["extract"].json()["error"] == "not_ready" and "shutting down" in refused["extract"].json()["message"]
+    assert refused["v1"].json()["error"]["code"] == "not_ready"  # OpenAI's error shape under /v1
+    assert len([r for r in engine.history if r.max_tokens != 1]) == 1  # nothing refused reached the engine
+
+
+async def test_drain_gives_up_at_its_timeout(catalog: Catalog, tmp_path: Path) -> None:
+    app = make_app(catalog, tmp_path, ScriptedEngine(respond=answer_by_text, delay_s=5))
+    async with client_for(app) as client:
+        in_flight = asyncio.create_task(client.post("/extract/landmark_slots", json={"text": LANDMARK_TEXT}))
+        await asyncio.sleep(0.1)
+        started = time.perf_counter()
+        assert await app.state.service.drain(timeout_s=0.3) is False
+        assert 0.25 < time.perf_counter() - started < 1.5
+        in_flight.cancel()
+
+
+def _post(path: str, body: bytes, *, length: int | None = None) -> dict[str, Any]:
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(length or len(body)).encode())]
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 1),
+        "server": ("test", 80),
+        "state": {},
+    }
+
+
+async def test_over_the_limit_is_refused_before_the_body_is_read(catalog: Catalog, tmp_path: Path) -> None:
+    app = make_app(catalog, tmp_path, ScriptedEngine(respond=answer_by_text), max_in_flight=1, max_queued=0)
+    async with client_for(app) as client:
+        assert (await client.get("/readyz")).status_code == 200
+    ticket = app.state.service.admission.admit(1)  # the only room is taken
+    read = 0
+
+    async def never_sends_the_body() -> dict[str, Any]:
+        nonlocal read
+        read += 1
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    def sends(body: bytes) -> Any:
+        messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def receive() -> dict[str, Any]:
+            if messages:
+                return messages.pop()
+            await asyncio.sleep(3600)
+            raise AssertionError("unreachable")
+
+        return receive
+
+    async def answer(scope: dict[str, Any], receive: Any = never_sends_the_body) -> list[dict[str, Any]]:
+        sent: list[dict[str, Any]] = []
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        await asyncio.wait_for(app(scope, receive, send), 2)
+        return sent
+
+    for path in ("/extract/landmark_slots", "/extract/landmark_slots/batch", "/chat", "/v1/chat/completions"):
+        sent = await answer(_post(path, b"{}"))
+        headers = dict(sent[0]["headers"])
+        assert sent[0]["status"] == 429 and int(headers[b"retry-after"]) >= 1, path
+        assert b"connection" not in headers, path  # a client over the limit keeps its connection
+    assert read == 0
+    # an unknown task is still a 404, and a declared length over the limit a 413
+    body = json.dumps({"text": "x"}).encode()
+    assert (await answer(_post("/extract/nope", body), sends(body)))[0]["status"] == 404
+    assert (await answer(_post("/extract/landmark_slots", b"", length=10**8)))[0]["status"] == 413
+    ticket.release()
+    async with client_for(app) as client:
+        served = await client.post("/extract/landmark_slots", json={"text": LANDMARK_TEXT})
+        text = (await client.get("/metrics")).text
+    assert served.status_code == 200
+    assert metric(text, "extractor_requests_total", route="/extract/{task}/batch", status="429") == 1
+    assert metric(text, "extractor_requests_total", route="/chat", status="429") == 1
+    assert metric(text, "extractor_requests_total", route="openai", task="-", status="429") == 1
+
+
+async def test_a_burst_over_the_limit_is_refused_before_parsing(catalog: Catalog, tmp_path: Path) -> None:
+    # Six requests at once, room for two: the gate holds room for the first two as their bodies
+    # arrive, so the other four are refused before anything parses them (here, bodies that
+    # would be 422); then nothing is left held.
+    app = make_app(catalog, tmp_path, ScriptedEngine(respond=answer_by_text), max_in_flight=1, max_queued=1)
+    async with client_for(app) as client:
+        assert (await client.get("/readyz")).status_code == 200
+        burst = await asyncio.gather(*(client.post("/extract/landmark_slots", json={"text": 5}) for _ in range(6)))
+        batch = await client.post("/extract/landmark_slots/batch", json={"items": [{"text": "故宫"}] * 2})
+    assert sorted(r.status_code for r in burst) == [422, 422, 429, 429, 429, 429]
+    assert batch.status_code == 200  # the room held at the gate is handed over: a batch of 2 fits in 2
+    assert app.state.service.admission.admitted == 0
+
+
 async def test_client_disconnect_cancels_the_engine_request(catalog: Catalog, tmp_path: Path) -> None:
     engine = ScriptedEngine(respond=answer_by_text, delay_s=5)
     app = make_app(catalog, tmp_path, engine)

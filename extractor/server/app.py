@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractContextManager, asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.types import Scope
 
 from extractor.api import Extractor
 from extractor.errors import ExtractorError
 from extractor.server import access, openai, playground
 from extractor.server.errors import NOT_FOUND_MESSAGE, error_response
-from extractor.server.middleware import HttpGate
+from extractor.server.middleware import METRICS_LABELS, HttpGate
+from extractor.server.openai.routes import ROUTE_LABEL as OPENAI_ROUTE
 from extractor.server.protocol import ErrorOut
 from extractor.server.reloading import CatalogReloader
 from extractor.server.routes import router
@@ -23,6 +26,8 @@ from extractor.server.service import Service
 from extractor.server.strict_json import StrictJsonGate
 
 __all__ = ["NOT_FOUND_MESSAGE", "create_app", "error_response"]
+# The routes that admit engine jobs (POST): the gate asks the service before reading their bodies.
+_ENGINE_BOUND = re.compile(r"/extract/(?P<task>[^/]+)(?P<batch>/batch)?|/chat|" + openai.PREFIX + "/chat/completions")
 
 
 def create_app(
@@ -67,6 +72,7 @@ def create_app(
         task_label=service.task_label,
         error_shapes=[(openai.PREFIX + "/", openai.error_response)],
         body_timeout_s=extractor.settings.body_timeout_s,
+        door=_EngineDoor(service),
     )
     access.install(app, extractor.settings)  # outermost: API keys before any body is read, CORS
 
@@ -101,6 +107,47 @@ def create_app(
         return JSONResponse(status_code=422, content=body.model_dump(mode="json", exclude_none=True))
 
     return app
+
+
+class _EngineDoor:
+    """The HTTP gate's door to the engine-bound routes: the service refuses (503, 429) or holds room.
+
+    An unknown task is left to the routes (404 comes first, whatever the load). A request refused
+    here never reaches a route, so it is labelled for the metrics here.
+    """
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    def _labels(self, scope: Scope) -> dict[str, str | None] | None:
+        """The metrics labels of an engine-bound request, or None for any other."""
+        found = _ENGINE_BOUND.fullmatch(scope["path"]) if scope["method"] == "POST" else None
+        if found is None:
+            return None
+        task = found["task"]
+        if task is None:
+            return {"route": "/chat" if scope["path"] == "/chat" else OPENAI_ROUTE, "task": None}
+        if task not in self.service.extractor.catalog.tasks:
+            return None
+        return {"route": "/extract/{task}/batch" if found["batch"] else "/extract/{task}", "task": task}
+
+    def refusal(self, scope: Scope) -> ExtractorError | None:
+        labels = self._labels(scope)
+        refused = self.service.refusal() if labels is not None else None
+        if refused is not None:
+            scope[METRICS_LABELS] = labels
+        return refused
+
+    def hold(self, scope: Scope) -> AbstractContextManager[None] | None:
+        labels = self._labels(scope)
+        if labels is None:
+            return None
+        try:
+            ticket = self.service.hold()
+        except ExtractorError:
+            scope[METRICS_LABELS] = labels
+            raise
+        return self.service.admission.holding(ticket)
 
 
 def _problem(error: Any) -> str:

@@ -12,10 +12,12 @@ from extractor.errors import (
     EngineNotReadyError,
     ExtractionFailed,
     ExtractorError,
+    HeaderTimeoutError,
     InputError,
     OverloadedError,
     PayloadTooLargeError,
     RequestTimeoutError,
+    ShuttingDownError,
     TaskError,
     TaskNotLoadedError,
     UnknownTaskError,
@@ -35,6 +37,7 @@ _STATUS: list[tuple[type[ExtractorError], int, str]] = [
     (TaskError, 400, "bad_schema"),  # a schema sent with the request (the OpenAI front's response_format)
     (BadJsonError, 400, "bad_json"),
     (BodyTimeoutError, 408, "body_timeout"),
+    (HeaderTimeoutError, 408, "header_timeout"),
     (InputError, 422, "bad_input"),
     (OverloadedError, 429, "overloaded"),
     (UpstreamTimeoutError, 504, "timeout"),
@@ -61,10 +64,22 @@ def error_body(error: ExtractorError) -> tuple[int, ErrorOut]:
     return status, ErrorOut(error=code, message=message, attempts=attempts, detail=detail, task_version=version)
 
 
-def error_response(error: ExtractorError) -> JSONResponse:
-    """The HTTP response for one of our errors (with ``Retry-After`` where a retry may succeed)."""
-    status, body = error_body(error)
-    headers = None
+def error_headers(error: ExtractorError) -> dict[str, str]:
+    """``Retry-After`` where a retry may succeed; ``Connection: close`` while the service shuts down.
+
+    A draining server closes each connection after its answer, so a client's next try opens a new
+    one (which a balancer sends to another replica) instead of waiting on this one.
+    """
+    headers: dict[str, str] = {}
     if isinstance(error, OverloadedError | EngineNotReadyError):
-        headers = {"retry-after": str(error.retry_after)}
-    return JSONResponse(status_code=status, content=body.model_dump(mode="json", exclude_none=True), headers=headers)
+        headers["retry-after"] = str(error.retry_after)
+    if isinstance(error, ShuttingDownError):
+        headers["connection"] = "close"
+    return headers
+
+
+def error_response(error: ExtractorError) -> JSONResponse:
+    """The HTTP response for one of our errors (with :func:`error_headers`)."""
+    status, body = error_body(error)
+    content = body.model_dump(mode="json", exclude_none=True)
+    return JSONResponse(status_code=status, content=content, headers=error_headers(error))

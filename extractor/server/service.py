@@ -22,6 +22,7 @@ from extractor.errors import (
     InputError,
     PayloadTooLargeError,
     RequestTimeoutError,
+    ShuttingDownError,
     TaskNotLoadedError,
     UnknownTaskError,
 )
@@ -90,12 +91,11 @@ class Service:
         if self.on_engine_dead is not None:
             self.on_engine_dead()
 
-    async def _not_started(self) -> str | None:
-        """Why requests cannot run yet, or None. Without a lifespan, the engine starts here."""
-        if self.engine_dead is not None:
-            return f"the engine died ({self.engine_dead}); the service is stopping"
-        if self.draining:
-            return "shutting down: not taking new requests"
+    async def _not_started(self) -> EngineNotReadyError | None:
+        """Why requests cannot run yet (503), or None. Without a lifespan, the engine starts here."""
+        refused = self._stopping()
+        if refused is not None:
+            return refused
         start = self._start
         if start is None:  # no lifespan ran (e.g. an ASGI test client): start on first use, and wait
             start = self.begin_start()
@@ -103,21 +103,66 @@ class Service:
         if self._wait_for_start:
             await asyncio.shield(start)
         if not start.done():
-            return "the engine is starting; GET /readyz turns 200 when it is ready"
+            return EngineNotReadyError("the engine is starting; GET /readyz turns 200 when it is ready")
         if self._start_error:
-            return f"the engine failed to start: {self._start_error}"
+            return EngineNotReadyError(f"the engine failed to start: {self._start_error}")
+        return None
+
+    def _stopping(self) -> EngineNotReadyError | None:
+        if self.engine_dead is not None:
+            return EngineNotReadyError(f"the engine died ({self.engine_dead}); the service is stopping", retry_after=1)
+        if self.draining:
+            return ShuttingDownError("shutting down: not taking new requests; retry later or elsewhere", retry_after=1)
         return None
 
     async def _accepting(self) -> None:
-        reason = await self._not_started()
-        if reason is not None:
-            raise EngineNotReadyError(reason, retry_after=1 if self.draining else 5)
+        refused = await self._not_started()
+        if refused is not None:
+            raise refused
+
+    def refusal(self) -> ExtractorError | None:
+        """Why a new engine job is refused right now (503 or 429), or None.
+
+        503 while the service drains or after its engine died, 429 while the admission limit has
+        no room for one more job. Cheap and synchronous, so the HTTP gate asks it before reading
+        and parsing a body (a client over the limit costs the server almost nothing); the full
+        checks (task, body, text, engine start, room for the whole job) still run, in order, once
+        the body is parsed.
+        """
+        return self._stopping() or self.admission.refusal(1)
+
+    def hold(self) -> Ticket:
+        """Room for one engine job, held while a request's body is parsed (503 or 429 when there is none).
+
+        The HTTP gate holds it (:meth:`Admission.holding`); the request's own admission takes it over.
+        """
+        refused = self.refusal()
+        if refused is not None:
+            raise refused
+        return self.admission.admit(1)
+
+    def begin_drain(self) -> None:
+        """Refuse new engine work from now on (503, ``/readyz`` 503); what is admitted runs on.
+
+        Only sets a flag, so a signal handler may call it.
+        """
+        self.draining = True
+
+    async def drain(self, *, timeout_s: float) -> bool:
+        """Begin draining, then wait up to ``timeout_s`` for every admitted job to end; whether all did."""
+        self.begin_drain()
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self.admission.idle()
+        except TimeoutError:
+            return False
+        return True
 
     async def readiness(self) -> tuple[bool, str]:
         """Ready when a 1-token canary generation succeeds; the answer is cached ``ready_cache_s``."""
-        reason = await self._not_started()
-        if reason is not None:
-            return False, reason
+        refused = await self._not_started()
+        if refused is not None:
+            return False, str(refused)
         async with self._ready_lock:
             checked, ok, why = self._ready
             if time.monotonic() - checked < self.settings.ready_cache_s:
@@ -185,7 +230,10 @@ class Service:
         )
 
     async def extract(self, task: str, text: str, options: ExtractOptions) -> ExtractionResult:
-        """One extraction: 404, 413, 503, 429 in that order, then the pipeline under the deadline."""
+        """One extraction: 404, 413, 503, 429 in that order, then the pipeline under the deadline.
+
+        (Over HTTP, :meth:`refusal` may answer 503 or 429 before the body is even read.)
+        """
         spec = self.task(task)  # the version this request runs, whatever reloads meanwhile
         self._check_text(text)
         await self._accepting()

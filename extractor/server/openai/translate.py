@@ -16,10 +16,8 @@ from typing import Literal
 from extractor.engines.base import Message
 from extractor.errors import (
     BadRequestError,
-    EngineNotReadyError,
     ExtractionFailed,
     ExtractorError,
-    OverloadedError,
     TaskError,
     UnknownTaskError,
 )
@@ -27,6 +25,7 @@ from extractor.pipeline import Options
 from extractor.prompting import compact_json
 from extractor.results import ExtractionResult
 from extractor.server.errors import error_body as service_error_body
+from extractor.server.errors import error_headers
 from extractor.server.openai.protocol import (
     ChatCompletionChunk,
     ChatCompletionOut,
@@ -325,11 +324,9 @@ def error(error: ExtractorError) -> tuple[int, ErrorBody, dict[str, str]]:
         message, code, param = "no such model; GET /v1/models lists the models and tasks", "model_not_found", "model"
     if isinstance(error, TaskError):
         param = error.path  # the request field that held the schema
-    headers: dict[str, str] = {}
+    headers = error_headers(error)
     if isinstance(error, ExtractionFailed):
         headers["x-should-retry"] = "false"
-    if isinstance(error, OverloadedError | EngineNotReadyError):
-        headers["retry-after"] = str(error.retry_after)
     detail = ErrorDetail(message=message, type=_error_type(status), param=param, code=code, attempts=out.attempts)
     return status, ErrorBody(error=detail), headers
 
