@@ -144,6 +144,7 @@ def markdown(training: dict[str, Any], rows: list[dict[str, Any]], args: argpars
         f"lines) with `extractor eval`'s code. `python -m bench.train "
         + (f"--adapter {args.adapter}" if args.adapter else f"--per-task {args.per_task} --epochs {args.epochs:g}")
         + (f" --eval-per-intent {args.eval_per_intent}" if args.eval_per_intent else "")
+        + (f" --warmup {args.warmup}" if args.warmup else "")
         + (f" --variants {args.variants}" if args.variants else "")
         + (" --base" if args.base else "")
         + f"`, {minutes:.0f} min.",

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from extractor.config import Settings
-from extractor.engines import memory
+from extractor.engines import memory, priority
 from extractor.engines.base import Generation, GenerationRequest, Message
 from extractor.engines.loop import LoopThread
 from extractor.engines.tokenizer import count_chat_tokens, load_tokenizer, render_chat
@@ -100,6 +100,8 @@ class VLLMEngine:
                 loop.stop()
                 raise EngineError(f"vLLM failed to start on {self._model_dir}: {error}") from error
             self._loop = loop
+            if not has_cuda():  # on a GPU the engine core's CPU time is the grammar masks: leave it be
+                priority.lower_engine(self._settings.engine_nice)
 
     def _engine_args(self) -> Any:
         from vllm.config import StructuredOutputsConfig
