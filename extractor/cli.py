@@ -241,9 +241,12 @@ def _cmd_codegen(args: argparse.Namespace) -> int:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     from extractor.api import Extractor
-    from extractor.server.runner import serve
+    from extractor.server.runner import SERVE_ENGINE_NICE, serve
 
-    extractor = Extractor(settings=_settings(args))
+    settings = _settings(args)
+    if settings.engine_nice is None:  # the service favours its own answers over generation (see runner)
+        settings = settings.with_(engine_nice=SERVE_ENGINE_NICE)
+    extractor = Extractor(settings=settings)
     for error in extractor.catalog.errors:
         print(f"task left out: {error}", file=sys.stderr)
     try:

@@ -59,8 +59,9 @@ class Settings:
     # CPU KV cache in GiB; None: the default (4), or less when the free memory cannot hold it
     kv_cache_space_gib: int | None = None
     # CPU only: the engine's processes run at this nice value (0-19; 0 leaves them as they are), so
-    # the service's own work (a 429 at the door, /healthz) does not wait behind generation
-    engine_nice: int = 10
+    # the service's own work (a 429 at the door, /healthz) does not wait behind generation.
+    # None: SERVE_ENGINE_NICE under `serve`, 0 elsewhere (batch, eval and the API want throughput)
+    engine_nice: int | None = None
     # grounded decoding: substring grammars up to this many words; each value within one clause
     grounded_max_words: int = 5000
     grounded_clauses: bool = True
@@ -131,7 +132,7 @@ class Settings:
         for name in (*positive, *timeouts):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"EXTRACTOR_{name.upper()}: must be > 0")
-        if not 0 <= self.engine_nice <= 19:
+        if self.engine_nice is not None and not 0 <= self.engine_nice <= 19:
             raise ConfigError(f"EXTRACTOR_ENGINE_NICE: a nice value from 0 to 19 (0: leave it), got {self.engine_nice}")
         if self.max_queued < 0 or self.ready_cache_s < 0:
             raise ConfigError("EXTRACTOR_MAX_QUEUED and EXTRACTOR_READY_CACHE_S must be >= 0")

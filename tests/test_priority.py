@@ -51,3 +51,11 @@ def test_zero_leaves_the_engine_alone_and_a_gone_process_is_skipped() -> None:
 def test_the_setting_names_its_range(value: str) -> None:
     with pytest.raises(ConfigError, match="EXTRACTOR_ENGINE_NICE: a nice value from 0 to 19"):
         Settings.from_env({"EXTRACTOR_ENGINE_NICE": value})
+
+
+def test_only_serve_lowers_the_engine_by_default() -> None:
+    from extractor.server.runner import SERVE_ENGINE_NICE
+
+    assert Settings.from_env({}).engine_nice is None  # batch, eval, the API: the engine left as it is
+    assert SERVE_ENGINE_NICE == 10
+    assert Settings.from_env({"EXTRACTOR_ENGINE_NICE": "0"}).engine_nice == 0

@@ -101,7 +101,7 @@ class VLLMEngine:
                 raise EngineError(f"vLLM failed to start on {self._model_dir}: {error}") from error
             self._loop = loop
             if not has_cuda():  # on a GPU the engine core's CPU time is the grammar masks: leave it be
-                priority.lower_engine(self._settings.engine_nice)
+                priority.lower_engine(self._settings.engine_nice or 0)
 
     def _engine_args(self) -> Any:
         from vllm.config import StructuredOutputsConfig

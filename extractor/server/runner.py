@@ -21,6 +21,9 @@ ENGINE_DEAD_EXIT = 3  # the exit status of a server whose engine died
 # How long /readyz answers 503 before the server stops listening, so a balancer sees it.
 ENGINE_DEAD_GRACE_S = 2.0
 GIL_SWITCH_INTERVAL_S = 0.0005  # see serve(): 429 p50 on the real engine, 2 cores: 40-51 ms before, 28-44 after
+# `serve`'s default EXTRACTOR_ENGINE_NICE (CPU engines): the slowest 429 of 50 clients on 2 cores went
+# from 48-54 ms to 31-40 ms; generation may lose a few per cent (not resolved from noise by `bench.run --quick`)
+SERVE_ENGINE_NICE = 10
 log = logging.getLogger("extractor.server")
 
 
