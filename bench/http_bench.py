@@ -132,12 +132,14 @@ async def in_process(concurrency: int, total: int) -> tuple[float, list[float]]:
     return len(latencies) / (time.perf_counter() - started), latencies
 
 
-async def over_http(port: int, concurrency: int, total: int) -> tuple[float, list[float]]:
-    """Requests/s and latencies of keep-alive POSTs, ``concurrency`` connections at a time."""
-    body = json.dumps({"text": TEXT}, ensure_ascii=False).encode()
+async def keepalive_posts(
+    port: int, path: str, payload: dict[str, Any], *, concurrency: int, total: int, expect: tuple[bytes, ...] = ()
+) -> list[float]:
+    """Latencies of ``total`` keep-alive POSTs, ``concurrency`` connections at a time (a raw HTTP/1.1
+    client, so it costs the machine little); checks each is a 200 whose body holds one of ``expect``."""
+    body = json.dumps(payload, ensure_ascii=False).encode()
     request = (
-        f"POST /extract/{TASK} HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(body)}\r\n\r\n"
+        f"POST {path} HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
     ).encode() + body
     length = re.compile(rb"content-length: *(\d+)", re.IGNORECASE)
     latencies: list[float] = []
@@ -150,16 +152,23 @@ async def over_http(port: int, concurrency: int, total: int) -> tuple[float, lis
                 writer.write(request)
                 head = await reader.readuntil(b"\r\n\r\n")
                 match = length.search(head)
-                assert match is not None and head.startswith(b"HTTP/1.1 200"), head[:200]
-                await reader.readexactly(int(match.group(1)))
+                assert match is not None and head.startswith(b"HTTP/1.1 200"), head[:300]
+                answer = await reader.readexactly(int(match.group(1)))
+                assert not expect or any(e in answer for e in expect), answer[:300]
                 latencies.append(time.perf_counter() - t0)
         finally:
             writer.close()
 
-    await asyncio.gather(*(worker(50) for _ in range(concurrency)))  # warm-up
-    latencies.clear()
-    started = time.perf_counter()
     await asyncio.gather(*(worker(total // concurrency) for _ in range(concurrency)))
+    return latencies
+
+
+async def over_http(port: int, concurrency: int, total: int) -> tuple[float, list[float]]:
+    """Requests/s and latencies of keep-alive ``POST /extract``, ``concurrency`` connections at a time."""
+    path, payload = f"/extract/{TASK}", {"text": TEXT}
+    await keepalive_posts(port, path, payload, concurrency=concurrency, total=50 * concurrency)  # warm-up
+    started = time.perf_counter()
+    latencies = await keepalive_posts(port, path, payload, concurrency=concurrency, total=total)
     return len(latencies) / (time.perf_counter() - started), latencies
 
 

@@ -15,49 +15,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import platform
-import re
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.http_bench import TASK, TEXT, percentile, pin, start_server, stop_server
+from bench.http_bench import TASK, TEXT, keepalive_posts, percentile, pin, start_server, stop_server
 
 SIDES: dict[str, tuple[str, dict[str, Any]]] = {
     "extract": (f"/extract/{TASK}", {"text": TEXT}),
     "openai": ("/v1/chat/completions", {"model": TASK, "messages": [{"role": "user", "content": TEXT}]}),
 }
 ORDER = ("extract", "openai", "openai", "extract") * 2  # A-B-B-A, twice
-
-
-async def run_side(port: int, path: str, payload: dict[str, Any], *, concurrency: int, total: int) -> list[float]:
-    """Latencies of ``total`` keep-alive POSTs, ``concurrency`` connections at a time; checks each is a 200."""
-    body = json.dumps(payload, ensure_ascii=False).encode()
-    request = (
-        f"POST {path} HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
-    ).encode() + body
-    length = re.compile(rb"content-length: *(\d+)", re.IGNORECASE)
-    latencies: list[float] = []
-
-    async def worker(n: int) -> None:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        try:
-            for _ in range(n):
-                t0 = time.perf_counter()
-                writer.write(request)
-                head = await reader.readuntil(b"\r\n\r\n")
-                match = length.search(head)
-                assert match is not None and head.startswith(b"HTTP/1.1 200"), head[:300]
-                answer = await reader.readexactly(int(match.group(1)))
-                assert b'"data"' in answer or b'"choices"' in answer, answer[:300]
-                latencies.append(time.perf_counter() - t0)
-        finally:
-            writer.close()
-
-    await asyncio.gather(*(worker(total // concurrency) for _ in range(concurrency)))
-    return latencies
+# Each answer holds the extraction: /extract's `data`, the chat completion's `choices`.
+ANSWERS = (b'"data"', b'"choices"')
 
 
 def measure(*, concurrency: int, total: int) -> list[dict[str, Any]]:
@@ -67,10 +39,12 @@ def measure(*, concurrency: int, total: int) -> list[dict[str, Any]]:
     try:
         pin({1})
         for side in SIDES:  # warm-up: first-call costs (imports, caches) off the clock
-            asyncio.run(run_side(port, *SIDES[side], concurrency=concurrency, total=200))
+            asyncio.run(keepalive_posts(port, *SIDES[side], concurrency=concurrency, total=200, expect=ANSWERS))
         for side in ORDER:
             started = time.perf_counter()
-            latencies = asyncio.run(run_side(port, *SIDES[side], concurrency=concurrency, total=total))
+            latencies = asyncio.run(
+                keepalive_posts(port, *SIDES[side], concurrency=concurrency, total=total, expect=ANSWERS)
+            )
             seconds = time.perf_counter() - started
             segments.append({"side": side, "req_s": len(latencies) / seconds, "latencies": latencies})
     finally:
