@@ -136,10 +136,10 @@ class Service:
 
         The HTTP gate holds it (:meth:`Admission.holding`); the request's own admission takes it over.
         """
-        refused = self.refusal()
-        if refused is not None:
-            raise refused
-        return self.admission.admit(1)
+        stopping = self._stopping()
+        if stopping is not None:
+            raise stopping
+        return self.admission.admit(1)  # the 429 of refusal() when there is no room
 
     def begin_drain(self) -> None:
         """Refuse new engine work from now on (503, ``/readyz`` 503); what is admitted runs on.
