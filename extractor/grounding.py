@@ -244,6 +244,8 @@ def is_unspaced(char: str) -> bool:
 
 def split_unspaced(word: str) -> list[str]:
     """``word`` with each character of an unspaced script on its own: ``故宫Beijing`` -> ``故``, ``宫``, ``Beijing``."""
+    if not _UNSPACED.search(word):  # the common case, without a Python step per character
+        return [word] if word else []
     pieces: list[str] = []
     run = ""
     for char in word:

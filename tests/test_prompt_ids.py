@@ -1,0 +1,50 @@
+"""The in-process engine tokenizes each prompt once: counting it and sending it share the ids."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from extractor.config import Settings
+from extractor.engines.tokenizer import chat_token_ids, count_chat_tokens
+from extractor.engines.vllm import VLLMEngine
+
+
+class CountingTokenizer:
+    """A stand-in for a Hugging Face tokenizer: one id per character, and a count of encode calls."""
+
+    def __init__(self) -> None:
+        self.encoded = 0
+
+    def apply_chat_template(self, messages: list[dict[str, str]], **_: Any) -> str:
+        return "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"
+
+    def __call__(self, text: str, add_special_tokens: bool = True) -> dict[str, list[int]]:
+        assert add_special_tokens is False  # the chat template adds any BOS itself
+        self.encoded += 1
+        return {"input_ids": [ord(c) for c in text]}
+
+
+def _engine(tmp_path: Path) -> tuple[VLLMEngine, CountingTokenizer]:
+    (tmp_path / "config.json").write_text("{}", encoding="utf-8")
+    engine = VLLMEngine(Settings(model=str(tmp_path)))
+    tokenizer = CountingTokenizer()
+    engine._tokenizer = tokenizer
+    return engine, tokenizer
+
+
+def test_counting_then_sending_encodes_once(tmp_path: Path) -> None:
+    engine, tokenizer = _engine(tmp_path)
+    chat = [{"role": "system", "content": "Extract."}, {"role": "user", "content": "weather in Oslo"}]
+    count = engine.count_prompt_tokens(chat)  # type: ignore[arg-type]
+    ids = engine.prompt_ids(chat)  # type: ignore[arg-type]
+    assert tokenizer.encoded == 1
+    assert count == len(ids) == count_chat_tokens(CountingTokenizer(), chat)  # type: ignore[arg-type]
+    assert list(ids) == chat_token_ids(CountingTokenizer(), chat)  # type: ignore[arg-type]
+
+
+def test_another_prompt_is_encoded_on_its_own(tmp_path: Path) -> None:
+    engine, tokenizer = _engine(tmp_path)
+    first = engine.prompt_ids([{"role": "user", "content": "a"}])
+    second = engine.prompt_ids([{"role": "user", "content": "b"}])
+    assert first != second and tokenizer.encoded == 2
