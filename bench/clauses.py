@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import GOLD, RESULTS, ROOT, machine
+from bench.common import ADAPTER_SERVING, GOLD, RESULTS, ROOT, machine
 from extractor import Catalog, Extractor, Settings
 from extractor.evaluation import Prediction, evaluate
 from extractor.gold import GoldItem, load_gold, select, task_map
@@ -99,7 +99,7 @@ def main() -> None:
     parser.add_argument("--per-intent", type=int, default=20)
     parser.add_argument("--out", type=Path, default=RESULTS / "clauses.md")
     args = parser.parse_args()
-    settings = Settings.from_env(kv_cache_space_gib=2)
+    settings = Settings.from_env(kv_cache_space_gib=2, adapter_serving=ADAPTER_SERVING)
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(settings.kv_cache_space_gib))
     started = time.perf_counter()
     rows = asyncio.run(run(settings, args.per_intent))

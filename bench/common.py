@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import platform
@@ -63,12 +64,19 @@ def sizes(quick: bool) -> Sizes:
     return QUICK if quick else FULL
 
 
+# The benchmarks' adapter serving: off (the retrieval layout) unless the environment names a mode.
+ADAPTER_SERVING = os.environ.get("EXTRACTOR_ADAPTER_SERVING", "off")
+
+
 def settings() -> Settings:
     """From the environment (default: the default model in-process), KV cache 2 GiB on CPU.
 
-    ``EXTRACTOR_ENGINE=scripted`` gives a dry run of the whole benchmark in seconds.
+    ``EXTRACTOR_ENGINE=scripted`` gives a dry run of the whole benchmark in seconds. Adapters are off
+    unless ``EXTRACTOR_ADAPTER_SERVING`` says otherwise: P1-P5 and the quality table measure the
+    retrieval layout (worked examples in every prompt: the most work for the pipeline); the SNIPS
+    tasks' shipped adapter is measured by ``bench.train`` (``bench/results/train.md``).
     """
-    return Settings.from_env(kv_cache_space_gib=2)
+    return Settings.from_env(kv_cache_space_gib=2, adapter_serving=ADAPTER_SERVING)
 
 
 def gold_items(known: Sequence[str]) -> list[GoldItem]:
@@ -104,12 +112,15 @@ def request(
             json_schema, grammar = None, constrained.grammar
         elif constrained is not None and constrained.schema is not None:
             json_schema = constrained.schema
+    if s.adapter_serving == "off":
+        task = dataclasses.replace(task, adapter=None)  # as the pipeline does: the base model, examples shown
     return GenerationRequest(
         messages=render(task, text),
         json_schema=json_schema,
         grammar=grammar,
         temperature=TEMPERATURE,
         max_tokens=max_tokens,
+        adapter=str(task.adapter) if task.adapter is not None else None,
     )
 
 

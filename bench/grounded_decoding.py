@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from bench.common import GOLD
+from bench.common import ADAPTER_SERVING, GOLD
 from extractor import Extractor, Settings
 from extractor.evaluation import Prediction, evaluate
 from extractor.gold import GoldItem, load_gold, select, task_map
@@ -78,7 +78,7 @@ def main() -> None:
     parser.add_argument("--dev", type=Path, default=DEV)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
-    settings = Settings.from_env(engine="vllm", max_num_seqs=16, kv_cache_space_gib=2)
+    settings = Settings.from_env(engine="vllm", max_num_seqs=16, kv_cache_space_gib=2, adapter_serving=ADAPTER_SERVING)
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(settings.kv_cache_space_gib))
     extractor = Extractor(settings=settings)  # the engine starts on first use, below
     known = extractor.catalog.names()

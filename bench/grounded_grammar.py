@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS, SNIPS, machine
+from bench.common import ADAPTER_SERVING, RESULTS, SNIPS, machine
 from extractor import Extractor, Settings
 from extractor.constraints import substring
 from extractor.grounded_decoding import enum_constrain, extractive_nodes
@@ -159,7 +159,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=RESULTS / "grounded_grammar.md")
     args = parser.parse_args()
-    settings = Settings.from_env(kv_cache_space_gib=3, max_model_len=8192)
+    settings = Settings.from_env(kv_cache_space_gib=3, max_model_len=8192, adapter_serving=ADAPTER_SERVING)
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(settings.kv_cache_space_gib))
     extractor = Extractor(settings=settings)
     started = time.perf_counter()

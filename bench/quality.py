@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import GOLD, RESULTS, ROOT, machine
+from bench.common import ADAPTER_SERVING, GOLD, RESULTS, ROOT, machine
 from extractor import Catalog, Extractor, Settings
 from extractor.engines.base import Engine
 from extractor.evaluation import Prediction, evaluate
@@ -186,7 +186,7 @@ def main() -> None:
     if args.variants:
         wanted = args.variants.split(",")
         chosen = [v for v in VARIANTS if v.name in wanted]
-    settings = Settings.from_env(kv_cache_space_gib=2)
+    settings = Settings.from_env(kv_cache_space_gib=2, adapter_serving=ADAPTER_SERVING)
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(settings.kv_cache_space_gib))
     base = Extractor(settings=settings)
     items = load_gold(GOLD, task=None, known=base.catalog.names(), task_field="intent", mapping=task_map("snips"))

@@ -91,7 +91,8 @@ async def score(
     folder: Path, label: str, per_intent: int | None, *, model: Path | None = None, warmup: int = 0
 ) -> dict[str, Any]:
     settings = Settings.from_env(kv_cache_space_gib=2, tasks_dir=folder)
-    settings = settings.with_(model=str(model)) if model else settings
+    # "adapter" variants go through vLLM's per-request LoRA; "merged" ones run on the merged model itself
+    settings = settings.with_(model=str(model)) if model else settings.with_(adapter_serving="lora")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     extractor = Extractor(settings=settings)
     items = load_gold(GOLD, task=None, known=extractor.catalog.names(), task_field="intent", mapping=task_map("snips"))

@@ -52,8 +52,15 @@ class Extractor:
         """The engine, built from the settings on first use."""
         with self._lock:
             if self._engine is None:
-                self._engine = create_engine(self.settings)
+                self._engine = create_engine(self.settings, adapters=self._merged_adapters())
             return self._engine
+
+    def _merged_adapters(self) -> list[Path]:
+        """The catalog's adapters, when the in-process engine serves each one merged (the default)."""
+        if not self.settings.serves_adapters_merged:
+            return []
+        found = {self.catalog.get(n).adapter for n in self.catalog.names()}
+        return sorted(a for a in found if a is not None and not _merged(self.settings, a))
 
     def task(self, name: str) -> Task:
         """A loaded task; unknown names raise :class:`~extractor.errors.UnknownTaskError`."""
@@ -240,8 +247,11 @@ async def aextract(task: str, text: str, **options: Any) -> Any:
 
 
 def _lora_settings(settings: Settings, catalog: Catalog) -> Settings:
-    """LoRA on, sized to the catalog's adapters, when any task has one (LoRA off otherwise)."""
+    """LoRA on, sized to the catalog's adapters, when any task has one and they go through LoRA (else off)."""
     from extractor.training.manifest import adapter_rank
+
+    if settings.adapter_serving != "lora":  # merged models of their own, or off
+        return settings
 
     adapters = {catalog.get(n).adapter for n in catalog.names()} - {None}
     adapters = {a for a in adapters if a is not None and not _merged(settings, a)}

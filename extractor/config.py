@@ -28,6 +28,9 @@ def default_home() -> Path:
     return Path(base) / "extractor"
 
 
+ADAPTER_SERVING = ("auto", "merged", "lora", "off")
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything that configures an :class:`~extractor.Extractor`.
@@ -56,6 +59,11 @@ class Settings:
     # LoRA adapters (``extractor train``): 0 derives the rank from the catalog's adapters (LoRA off without any)
     max_lora_rank: int = 0
     max_loras: int = 8
+    # How the in-process engine serves a task's adapter: "merged" (each adapter folded into its own
+    # copy of the weights, one vLLM engine per adapter beside the base model's; LoRA stays off),
+    # "lora" (one engine, vLLM's per-request LoRA), "off" (tasks served by the base model with their
+    # worked examples, adapters ignored). "auto": merged. The remote engine always names the adapter.
+    adapter_serving: str = "auto"
     # CPU KV cache in GiB; None: the default (4), or less when the free memory cannot hold it
     kv_cache_space_gib: int | None = None
     # CPU only: the engine's processes run at this nice value (0-19; 0 leaves them as they are), so
@@ -108,6 +116,11 @@ class Settings:
             raise ConfigError(
                 f"EXTRACTOR_GRAMMAR_BACKEND: unknown backend {self.grammar_backend!r}; use 'guidance' or 'xgrammar'"
             )
+        if self.adapter_serving not in ADAPTER_SERVING:
+            raise ConfigError(
+                f"EXTRACTOR_ADAPTER_SERVING: unknown mode {self.adapter_serving!r}; "
+                f"use one of {', '.join(ADAPTER_SERVING)}"
+            )
         if not 1 <= self.max_attempts <= MAX_ATTEMPTS_LIMIT:
             raise ConfigError(f"EXTRACTOR_MAX_ATTEMPTS: must be 1..{MAX_ATTEMPTS_LIMIT}, got {self.max_attempts}")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
@@ -141,6 +154,11 @@ class Settings:
     def remote_base_urls(self) -> tuple[str, ...]:
         """``remote_urls`` split on commas, without trailing slashes."""
         return tuple(u.strip().rstrip("/") for u in self.remote_urls.split(",") if u.strip())
+
+    @property
+    def serves_adapters_merged(self) -> bool:
+        """Whether the in-process engine serves each adapter as a merged model of its own."""
+        return self.engine == "vllm" and self.adapter_serving in ("auto", "merged")
 
     @property
     def models_dir(self) -> Path:

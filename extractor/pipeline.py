@@ -12,7 +12,7 @@ import asyncio
 import copy
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from extractor import chunking, grounded_decoding, grounding
@@ -137,6 +137,8 @@ async def run(
     """Extract ``task`` from ``text``; raise :class:`ExtractionFailed` with every attempt."""
     if not isinstance(text, str) or not text.strip():
         raise InputError("text is empty: pass the text to extract from")
+    if settings.adapter_serving == "off" and task.adapter is not None:
+        task = replace(task, adapter=None)  # the base model, with the task's worked examples
     p = plan(task, options, settings)
     started = time.perf_counter()
     pieces = split_for(task, text, p, engine) if p.chunking is not None else None

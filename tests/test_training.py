@@ -26,6 +26,10 @@ def catalog_copy(root: Path, pool_lines: list[str] | None = None) -> Path:
         shutil.copy(source / folder / f"{TASK}{suffix}", root / folder / f"{TASK}{suffix}")
     if pool_lines is not None:
         (root / "examples" / f"{TASK}.jsonl").write_text("\n".join(pool_lines) + "\n", encoding="utf-8")
+    schema = root / "schemas" / f"{TASK}.json"  # the shipped adapter stays behind: adapters/<task>/ is the test's
+    data = json.loads(schema.read_text(encoding="utf-8"))
+    del data["x-extractor"]["adapter"]
+    schema.write_text(json.dumps(data), encoding="utf-8")
     return root
 
 
@@ -86,14 +90,19 @@ def test_the_catalog_serves_a_task_with_its_adapter_and_no_examples(
     catalog = Catalog.load(out.parent.parent)
     task = catalog.get(TASK)
     assert task.adapter == out
-    engine = ScriptedEngine(['{"city":"Oslo"}'])
-    extractor = Extractor(
-        settings=Settings.from_env({}, home=tmp_path, engine="scripted"), engine=engine, catalog=catalog
-    )
-    assert extractor.settings.max_lora_rank == 8  # LoRA turned on, sized to the catalog's adapters
-    extractor.extract(TASK, "will it rain in Oslo")
+    engine = ScriptedEngine(['{"city":"Oslo"}'] * 2)
+    settings = Settings.from_env({}, home=tmp_path, engine="scripted")
+    lora = Extractor(settings=settings.with_(adapter_serving="lora"), engine=engine, catalog=catalog)
+    assert lora.settings.max_lora_rank == 8  # LoRA turned on, sized to the catalog's adapters
+    assert Extractor(settings=settings, engine=engine, catalog=catalog).settings.max_lora_rank == 0  # merged
+    lora.extract(TASK, "will it rain in Oslo")
     sent = engine.history[0]
     assert sent.adapter == str(out) and len(sent.messages) == 2  # system + request: no worked examples
+    # "off": the base model, shown the task's worked examples as if it had no adapter.
+    off = Extractor(settings=settings.with_(adapter_serving="off"), engine=engine, catalog=catalog)
+    off.extract(TASK, "will it rain in Oslo")
+    sent = engine.history[1]
+    assert sent.adapter is None and any("Example" in m["content"] or len(m["content"]) > 400 for m in sent.messages)
 
 
 def test_the_manifest_refuses_another_template_version_or_base_model(
@@ -153,7 +162,12 @@ def test_a_merged_model_answers_like_base_plus_adapter_and_serves_it_without_lor
     # The catalog's task points at the adapter; on its merged model the engine needs no LoRA.
     settings = Settings.from_env(engine="vllm", model=str(merged_dir), tasks_dir=out.parent.parent)
     assert Extractor(settings=settings).settings.max_lora_rank == 0
-    assert Extractor(settings=settings.with_(model="default")).settings.max_lora_rank == 8
+    assert Extractor(settings=settings)._merged_adapters() == []  # the model holds it already
+    lora = settings.with_(model="default", adapter_serving="lora")
+    assert Extractor(settings=lora).settings.max_lora_rank == 8
+    # By default the base model's engine keeps LoRA off and the adapter gets a merged engine of its own.
+    default = Extractor(settings=settings.with_(model="default"))
+    assert default.settings.max_lora_rank == 0 and default._merged_adapters() == [out]
     # Another adapter (other training data) on a merged model is refused, naming the merge.
     other = tmp_path / "other-adapter"
     shutil.copytree(out, other)

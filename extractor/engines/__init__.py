@@ -11,6 +11,9 @@ from extractor.engines.base import Engine, Generation, GenerationRequest, Messag
 from extractor.engines.scripted import ScriptedEngine
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
     from extractor.config import Settings
 
 __all__ = [
@@ -25,14 +28,22 @@ __all__ = [
 ]
 
 
-def create_engine(settings: Settings) -> Engine:
-    """Build the engine the settings name (not started yet)."""
+def create_engine(settings: Settings, adapters: Sequence[Path] = ()) -> Engine:
+    """Build the engine the settings name (not started yet).
+
+    ``adapters``: the catalog's adapters, each served by a merged model of its own beside the base
+    model (:mod:`extractor.engines.merged`; in-process vLLM only).
+    """
     if settings.engine == "scripted":
         return ScriptedEngine.echo_examples(delay_s=settings.scripted_delay_s)
     if settings.engine == "remote":
         from extractor.engines.remote import RemoteEngine
 
         return RemoteEngine(settings)
+    if adapters:
+        from extractor.engines.merged import MergedAdapters
+
+        return MergedAdapters(settings, adapters)
     from extractor.engines.vllm import VLLMEngine
 
     return VLLMEngine(settings)

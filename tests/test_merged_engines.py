@@ -1,0 +1,56 @@
+"""Adapters served merged: each request goes to its adapter's engine, the rest to the base model's."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from extractor import ScriptedEngine, Settings
+from extractor.config import repo_root
+from extractor.engines import GenerationRequest
+from extractor.engines.merged import MergedAdapters, merged_folder
+from extractor.errors import ConfigError, EngineError
+
+SHIPPED = repo_root() / "adapters" / "snips"
+
+
+def ask(engine: MergedAdapters, adapter: str | None) -> str:
+    request = GenerationRequest(messages=[{"role": "user", "content": "hi"}], adapter=adapter)
+    return asyncio.run(engine.generate(request)).text
+
+
+def test_requests_go_to_their_adapters_engine_and_an_unknown_adapter_says_restart() -> None:
+    engines = MergedAdapters(Settings.from_env(), [SHIPPED])  # the default model, prepared by `make setup`
+    assert list(engines.adapters) == [str(SHIPPED)]
+    engines._base = ScriptedEngine(["base"] * 2)  # type: ignore[assignment]  # stand-ins for vLLM's engines
+    engines._engines[str(SHIPPED)] = ScriptedEngine(["merged"])  # type: ignore[assignment]
+    assert ask(engines, None) == "base"
+    assert ask(engines, str(SHIPPED)) == "merged"
+    with pytest.raises(EngineError, match="not in the catalog when the engine started; restart"):
+        ask(engines, "/elsewhere/adapters/new")
+
+
+def test_an_adapter_of_another_base_model_is_refused_by_its_tasks_only(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 8}), encoding="utf-8")
+    engines = MergedAdapters(Settings.from_env(model=str(tmp_path)), [SHIPPED])
+    assert engines.adapters == {}
+    engines._base = ScriptedEngine(["base"])  # type: ignore[assignment]
+    with pytest.raises(EngineError, match=r"trained on base model .*EXTRACTOR_ADAPTER_SERVING=off"):
+        ask(engines, str(SHIPPED))
+    assert ask(engines, None) == "base"
+
+
+def test_the_merge_is_named_by_both_weights_and_the_mode_is_checked(tmp_path: Path) -> None:
+    settings = Settings.from_env(home=tmp_path)
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "config.json").write_text("{}", encoding="utf-8")
+    first = merged_folder(settings, base, SHIPPED)
+    assert first.parent == settings.models_dir and first.name.startswith("merged-snips-")
+    (base / "config.json").write_text(json.dumps({"hidden_size": 8}), encoding="utf-8")
+    assert merged_folder(settings, base, SHIPPED) != first  # another base model: another merge
+    with pytest.raises(ConfigError, match="EXTRACTOR_ADAPTER_SERVING: unknown mode 'fast'"):
+        Settings.from_env(adapter_serving="fast")
