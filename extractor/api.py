@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Iterable, Sequence
+from collections.abc import Collection, Coroutine, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar, overload
@@ -36,9 +36,19 @@ class Extractor:
     """
 
     def __init__(
-        self, *, settings: Settings | None = None, engine: Engine | None = None, catalog: Catalog | None = None
+        self,
+        *,
+        settings: Settings | None = None,
+        engine: Engine | None = None,
+        catalog: Catalog | None = None,
+        tasks: Collection[str] | None = None,
     ) -> None:
+        """``tasks``: the only tasks this extractor will run (a CLI command's one task), None for any.
+
+        Only their adapters get an engine of their own (each merged adapter adds an engine start).
+        """
         self.settings = settings or Settings.from_env()
+        self._tasks = None if tasks is None else frozenset(tasks)
         # Swapped whole by a reload (extractor.reload); a request reads it once, at its start.
         self.catalog = catalog or load_catalog(self.settings.tasks_dir, backend=self.settings.grammar_backend)
         if self.settings.max_lora_rank == 0:
@@ -59,7 +69,8 @@ class Extractor:
         """The catalog's adapters, when the in-process engine serves each one merged (the default)."""
         if not self.settings.serves_adapters_merged:
             return []
-        found = {self.catalog.get(n).adapter for n in self.catalog.names()}
+        names = [n for n in self.catalog.names() if self._tasks is None or n in self._tasks]
+        found = {self.catalog.get(n).adapter for n in names}
         return sorted(a for a in found if a is not None and not _merged(self.settings, a))
 
     def task(self, name: str) -> Task:

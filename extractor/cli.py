@@ -127,7 +127,7 @@ def _cmd_extract(args: argparse.Namespace) -> int:
         text = sys.stdin.read()
     else:
         raise ExtractorError("no text: pass --text, --file or pipe the text on stdin")
-    extractor = Extractor(settings=_settings(args))
+    extractor = Extractor(settings=_settings(args), tasks=[args.task])
     extractor.task(args.task)  # fail fast on an unknown task, before loading the model
     # The engine logs while it starts, works and shuts down: all of it inside the redirect.
     with _engine_output_to_stderr():
@@ -280,7 +280,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
     )
     progress = Progress(label="batch", interval_s=args.progress_interval)
     with _engine_output_to_stderr():
-        summary = batch.run(Extractor(settings=settings), config, progress=progress)
+        summary = batch.run(Extractor(settings=settings, tasks=[args.task]), config, progress=progress)
     print(summary.text())
     print(f"summary: {batch.summary_path(config.output)}")
     return 0
@@ -294,7 +294,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     if len(args.paths) > 2:
         raise ExtractorError("eval takes [TASK] GOLD.jsonl")
     task, path = (None, args.paths[0]) if len(args.paths) == 1 else args.paths
-    extractor = Extractor(settings=_settings(args))
+    extractor = Extractor(settings=_settings(args), tasks=None if task is None else [task])
     if task is not None:
         extractor.task(task)  # fail fast on an unknown task, before loading the model
     items = gold.load_gold(

@@ -109,10 +109,10 @@ async def test_vllm_errors_become_ours(errored: bool, kind: type[EngineError]) -
 
 
 def engine_core(server: psutil.Process) -> psutil.Process:
-    """vLLM's engine core: the child process that holds the model."""
-    for child in server.children(recursive=True):
-        if "EngineCore" in " ".join([child.name(), *child.cmdline()]):
-            return child
+    """vLLM's engine core of the base model: the first started (the SNIPS adapter's merged weights have their own)."""
+    cores = [c for c in server.children(recursive=True) if "EngineCore" in " ".join([c.name(), *c.cmdline()])]
+    if cores:
+        return min(cores, key=lambda c: c.create_time())
     children = [(c.pid, c.name()) for c in server.children(recursive=True)]
     raise AssertionError(f"no engine core among {children}")
 

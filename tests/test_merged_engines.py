@@ -54,3 +54,13 @@ def test_the_merge_is_named_by_both_weights_and_the_mode_is_checked(tmp_path: Pa
     assert merged_folder(settings, base, SHIPPED) != first  # another base model: another merge
     with pytest.raises(ConfigError, match="EXTRACTOR_ADAPTER_SERVING: unknown mode 'fast'"):
         Settings.from_env(adapter_serving="fast")
+
+
+def test_a_command_for_one_task_starts_only_the_engines_that_task_needs() -> None:
+    from extractor import Extractor
+
+    settings = Settings.from_env(engine="vllm")
+    assert Extractor(settings=settings)._merged_adapters() == [SHIPPED]  # the catalog: every SNIPS task
+    assert Extractor(settings=settings, tasks=["snips_get_weather"])._merged_adapters() == [SHIPPED]
+    assert Extractor(settings=settings, tasks=["landmark_slots"])._merged_adapters() == []  # the base model only
+    assert Extractor(settings=settings.with_(adapter_serving="lora"))._merged_adapters() == []

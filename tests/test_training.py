@@ -132,7 +132,10 @@ def test_the_manifest_refuses_another_template_version_or_base_model(
 @pytest.mark.engine
 def test_the_real_engine_generates_valid_output_with_the_adapter(adapter: tuple[Path, trainer.TrainReport]) -> None:
     out, _ = adapter
-    settings = Settings.from_env(engine="vllm", max_num_seqs=4, kv_cache_space_gib=1, tasks_dir=out.parent.parent)
+    # Through vLLM's per-request LoRA; the shipped SNIPS adapter exercises the merged serving (real_extractor).
+    settings = Settings.from_env(
+        engine="vllm", max_num_seqs=4, kv_cache_space_gib=1, tasks_dir=out.parent.parent, adapter_serving="lora"
+    )
     with Extractor(settings=settings) as extractor:
         assert extractor.settings.max_lora_rank == 8
         result = extractor.extract(TASK, "will it be windy in Brookhaven next weekend")
