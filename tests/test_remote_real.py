@@ -22,6 +22,7 @@ import openai
 import pytest
 
 from extractor import ExtractionFailed, ExtractionResult, Extractor, InputError, Settings
+from extractor.config import repo_root
 from extractor.engines.base import GenerationRequest
 from extractor.engines.remote import RemoteEngine
 from extractor.models import resolve_model_dir
@@ -58,6 +59,12 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         os.environ.get("EXTRACTOR_GPU_MEMORY_UTILIZATION", "0.12"),
         "--structured-outputs-config",
         '{"backend":"guidance","disable_any_whitespace":true}',
+        # the SNIPS tasks' adapter, which the remote engine asks for by its folder's name
+        "--enable-lora",
+        "--max-lora-rank",
+        "8",
+        "--lora-modules",
+        f"snips={repo_root() / 'adapters' / 'snips'}",
     ]
     log_path = tmp_path_factory.mktemp("vllm") / "serve.log"
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")}
