@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import os
 import platform
@@ -13,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from extractor import Settings, Task, grounded_decoding
+from extractor import Settings, Task, grounded_decoding, pipeline
 from extractor.engines.base import Engine, Generation, GenerationRequest
 from extractor.gold import GoldItem, load_gold, select, task_map
 from extractor.prompting import render
@@ -112,8 +111,7 @@ def request(
             json_schema, grammar = None, constrained.grammar
         elif constrained is not None and constrained.schema is not None:
             json_schema = constrained.schema
-    if s.adapter_serving == "off":
-        task = dataclasses.replace(task, adapter=None)  # as the pipeline does: the base model, examples shown
+    task = pipeline.served(task, s)  # as the pipeline does: "off" serves the base model, examples shown
     return GenerationRequest(
         messages=render(task, text),
         json_schema=json_schema,

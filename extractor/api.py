@@ -70,8 +70,7 @@ class Extractor:
         if not self.settings.serves_adapters_merged:
             return []
         names = [n for n in self.catalog.names() if self._tasks is None or n in self._tasks]
-        found = {self.catalog.get(n).adapter for n in names}
-        return sorted(a for a in found if a is not None and not _merged(self.settings, a))
+        return sorted(_unmerged_adapters(self.settings, self.catalog, names))
 
     def task(self, name: str) -> Task:
         """A loaded task; unknown names raise :class:`~extractor.errors.UnknownTaskError`."""
@@ -264,12 +263,17 @@ def _lora_settings(settings: Settings, catalog: Catalog) -> Settings:
     if settings.adapter_serving != "lora":  # merged models of their own, or off
         return settings
 
-    adapters = {catalog.get(n).adapter for n in catalog.names()} - {None}
-    adapters = {a for a in adapters if a is not None and not _merged(settings, a)}
+    adapters = _unmerged_adapters(settings, catalog, catalog.names())
     if not adapters:
         return settings
-    rank = max(adapter_rank(a) for a in adapters if a is not None)
+    rank = max(adapter_rank(a) for a in adapters)
     return settings.with_(max_lora_rank=rank or 16, max_loras=max(settings.max_loras, len(adapters)))
+
+
+def _unmerged_adapters(settings: Settings, catalog: Catalog, names: Iterable[str]) -> set[Path]:
+    """The adapters of the tasks ``names`` that the engine's model does not already hold (`extractor model merge`)."""
+    found = {catalog.get(n).adapter for n in names}
+    return {a for a in found if a is not None and not _merged(settings, a)}
 
 
 def _merged(settings: Settings, adapter: Path) -> bool:

@@ -125,6 +125,16 @@ class Extracted:
     decoding: Constraint | None = None
 
 
+def served(task: Task, settings: Settings) -> Task:
+    """The task as the settings serve it: under ``adapter_serving`` "off", without its adapter.
+
+    The base model then serves it, shown the task's worked examples.
+    """
+    if settings.adapter_serving == "off" and task.adapter is not None:
+        return replace(task, adapter=None)
+    return task
+
+
 async def run(
     task: Task,
     text: str,
@@ -137,8 +147,7 @@ async def run(
     """Extract ``task`` from ``text``; raise :class:`ExtractionFailed` with every attempt."""
     if not isinstance(text, str) or not text.strip():
         raise InputError("text is empty: pass the text to extract from")
-    if settings.adapter_serving == "off" and task.adapter is not None:
-        task = replace(task, adapter=None)  # the base model, with the task's worked examples
+    task = served(task, settings)
     p = plan(task, options, settings)
     started = time.perf_counter()
     pieces = split_for(task, text, p, engine) if p.chunking is not None else None

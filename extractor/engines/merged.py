@@ -20,15 +20,13 @@ import contextlib
 import fcntl
 import hashlib
 import logging
-import os
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from extractor.config import Settings
-from extractor.engines import memory
 from extractor.engines.base import Generation, GenerationRequest, Message
-from extractor.engines.vllm import VLLMEngine, has_cuda
+from extractor.engines.vllm import VLLMEngine
 from extractor.errors import EngineError
 from extractor.models import resolve_model_dir
 from extractor.training.manifest import AdapterError, check_model, model_fingerprint
@@ -81,17 +79,9 @@ class MergedAdapters:
                 log.warning("%s", error)
                 continue
             self._merged.append(MergedAdapter(adapter, merged_folder(settings, self._base_dir, adapter)))
-        shared = self._shared(settings, 1 + len(self._merged))
-        self._base = VLLMEngine(shared.with_(max_lora_rank=0))
+        self._share = 1 + len(self._merged)  # each engine takes this share of the memory
+        self._base = VLLMEngine(settings.with_(max_lora_rank=0), share=self._share)
         self._engines: dict[str, VLLMEngine] = {}
-        self._shared_settings = shared
-
-    @staticmethod
-    def _shared(settings: Settings, engines: int) -> Settings:
-        """The settings of each of ``engines`` engines on one machine: an equal share of the GPU memory share."""
-        if engines > 1 and has_cuda():
-            return settings.with_(gpu_memory_utilization=settings.gpu_memory_utilization / engines)
-        return settings
 
     @property
     def adapters(self) -> dict[str, Path]:
@@ -115,23 +105,16 @@ class MergedAdapters:
         return self._base.count_prompt_tokens(messages)  # a merge keeps the base model's tokenizer
 
     async def start(self) -> None:
-        """Merge what is not merged yet, then start the engines one after another (each sizes its memory)."""
-        if not has_cuda() and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
-            engines = 1 + len(self._merged)
-            size = memory.cpu_kv_cache_size(
-                requested=self._settings.kv_cache_space_gib,
-                available_bytes=memory.free_bytes() // engines,
-                model_bytes=memory.folder_bytes(self._base_dir),
-            )
-            if size.note is not None:
-                log.warning("each of %d engines: %s", engines, size.note)
-            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(size.gib)
+        """Merge what is not merged yet, then start the engines one after another.
+
+        The base engine sizes the CPU KV cache for its share of the free memory; the others take the same size.
+        """
         await self._base.start()
         for entry in self._merged:
             if str(entry.adapter) in self._engines:
                 continue
             folder = await asyncio.to_thread(ensure_merged, self._base_dir, entry)
-            engine = VLLMEngine(self._shared_settings.with_(model=str(folder), max_lora_rank=0))
+            engine = VLLMEngine(self._settings.with_(model=str(folder), max_lora_rank=0), share=self._share)
             await engine.start()
             self._engines[str(entry.adapter)] = engine
 

@@ -55,8 +55,10 @@ def _lora_rank(rank: int) -> Any:
 class VLLMEngine:
     """vLLM in this process, decoding constrained by the request's JSON Schema."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, share: int = 1) -> None:
+        """``share``: how many engines share this machine; each takes that share of the memory."""
         self._settings = settings
+        self._share = share
         self._model_dir: Path = resolve_model_dir(settings)
         self._llm: Any = None
         self._tokenizer: Any = None
@@ -118,7 +120,7 @@ class VLLMEngine:
             model=str(self._model_dir),
             dtype=dtype,
             max_model_len=s.max_model_len,
-            gpu_memory_utilization=s.gpu_memory_utilization,
+            gpu_memory_utilization=s.gpu_memory_utilization / self._share,
             tensor_parallel_size=s.tensor_parallel_size,
             quantization=s.quantization,
             load_format=s.load_format,
@@ -143,7 +145,7 @@ class VLLMEngine:
         elif "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
             size = memory.cpu_kv_cache_size(
                 requested=self._settings.kv_cache_space_gib,
-                available_bytes=memory.free_bytes(),
+                available_bytes=memory.free_bytes() // self._share,
                 model_bytes=memory.folder_bytes(self._model_dir),
             )
             if size.note is not None:
