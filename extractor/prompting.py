@@ -20,14 +20,15 @@ Two layouts, picked by whether the template uses ``text``:
   on its text, then the answer; the request is the template rendered on the text.
 
 Worked examples are the task's pool's nearest to the text when it has a pool
-(:mod:`extractor.examples`), else its fixed ``examples``.
+(:mod:`extractor.examples`), else its fixed ``examples``. With ``examples_from_pool.hints`` the text
+(and each example's) is followed by the values the pool labelled that occur in it, by field.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from extractor.engines.base import Message
@@ -39,6 +40,9 @@ DEFAULT_SYSTEM = (
     "schema. Copy values exactly as they appear in the text; for a field the text does not "
     "mention, use null or leave the field out, as the instruction says."
 )
+
+# Before the hints (``examples_from_pool.hints``): the labels are the pool's, not this text's.
+HINTS_INTRO = "Labelled in earlier texts (may not apply here):"
 
 
 def compact_json(value: Any) -> str:
@@ -64,6 +68,23 @@ def examples_for(task: Task, text: str) -> tuple[Example, ...]:
         assert task.pool is not None and task.settings.examples_from_pool is not None
         return task.pool.nearest(text, task.settings.examples_from_pool)
     return task.examples
+
+
+def hints_block(task: Task, text: str, *, without: Mapping[str, Any] | None = None) -> str:
+    """The pool's labelled values found in ``text`` (``examples_from_pool.hints``), grouped by field; "" for none.
+
+    ``without``: a pool line's own output, left out of the counts when that line is shown (a worked
+    example, a training sample), so its hints are the ones a new text would get.
+    """
+    settings = task.settings.examples_from_pool
+    if task.pool is None or settings is None or not settings.hints:
+        return ""
+    grouped: dict[str, list[str]] = {}
+    for hint in task.pool.lexicon.find(text, without=without):
+        grouped.setdefault(hint.field.lstrip("/"), []).append(hint.value)
+    if not grouped:
+        return ""
+    return f"\n\n{HINTS_INTRO} {compact_json(grouped)}"
 
 
 def feedback_block(feedback: Sequence[str], previous: str | None) -> str:
@@ -93,16 +114,25 @@ def _turns(task: Task, examples: Sequence[Example]) -> list[Message]:
     messages: list[Message] = []
     for example in examples:
         shown = example.text if task.instruction_only else render_instruction(task, example.text)
+        shown += hints_block(task, example.text, without=example.output)
         messages.append({"role": "user", "content": shown})
         messages.append({"role": "assistant", "content": compact_json(example.output)})
     return messages
 
 
-def render(task: Task, text: str, *, feedback: Sequence[str] = (), previous: str | None = None) -> list[Message]:
+def render(
+    task: Task,
+    text: str,
+    *,
+    feedback: Sequence[str] = (),
+    previous: str | None = None,
+    without: Mapping[str, Any] | None = None,
+) -> list[Message]:
     """The full chat for one attempt: system (+ instruction), worked examples, then the request.
 
     A task with its own ``conversation`` (a request's chat) is sent as given; a re-ask adds
-    the previous answer and its problems as the next two turns.
+    the previous answer and its problems as the next two turns. ``without``: the text is a pool
+    line with this output (training), left out of its own hints.
     """
     if task.conversation:
         chat: list[Message] = [m.copy() for m in task.conversation]
@@ -117,9 +147,10 @@ def render(task: Task, text: str, *, feedback: Sequence[str] = (), previous: str
         messages += _turns(task, examples_for(task, text))
     elif not adapted:
         messages += [m.copy() for m in _fixed_turns(task)]
+    hints = hints_block(task, text, without=without)
     if task.instruction_only:
-        request = text + feedback_block(feedback, previous)
+        request = text + hints + feedback_block(feedback, previous)
     else:
-        request = render_instruction(task, text, feedback=feedback, previous=previous)
+        request = render_instruction(task, text, feedback=feedback, previous=previous) + hints
     messages.append({"role": "user", "content": request})
     return messages

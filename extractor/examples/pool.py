@@ -18,6 +18,7 @@ import jsonschema
 from jsonschema.protocols import Validator
 
 from extractor import grounding
+from extractor.examples.lexicon import Lexicon
 from extractor.examples.selection import Selector
 
 # Bounds that keep load time and memory predictable; past them the line is reported.
@@ -41,6 +42,8 @@ class PoolSettings:
 
     k: int = 3
     diverse: bool = True
+    # Also show the values the pool labelled that occur in the text, with their fields (extractor.examples.lexicon).
+    hints: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -52,6 +55,7 @@ class ExamplePool:
     selector: Selector
     problems: tuple[str, ...] = ()
     _texts: Mapping[str, int] = field(default_factory=dict)
+    lexicon: Lexicon = field(default_factory=Lexicon)
 
     def __len__(self) -> int:
         return len(self.examples)
@@ -99,7 +103,8 @@ def load_pool(
                 continue
             texts.setdefault(example.text.strip(), len(examples))
             examples.append(example)
-    return ExamplePool(path, tuple(examples), Selector([e.text for e in examples]), tuple(problems), texts)
+    lexicon = Lexicon.build((e.output for e in examples), skip=ungrounded)
+    return ExamplePool(path, tuple(examples), Selector([e.text for e in examples]), tuple(problems), texts, lexicon)
 
 
 def check_line(raw: bytes | str, *, validator: Validator, ungrounded: frozenset[str]) -> Example:

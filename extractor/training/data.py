@@ -48,7 +48,10 @@ class Refusal:
 
 
 def bare(task: Task) -> Task:
-    """The task as its adapter sees it: no worked examples (neither fixed nor from the pool)."""
+    """The task as its adapter sees it: no worked examples (fixed or from the pool); the pool's hints if set."""
+    settings = task.settings.examples_from_pool
+    if settings is not None and settings.hints and task.pool is not None:
+        return replace(task, examples=(), settings=replace(task.settings, examples_from_pool=replace(settings, k=0)))
     return replace(task, examples=(), pool=None, settings=replace(task.settings, examples_from_pool=None))
 
 
@@ -73,7 +76,7 @@ def samples(task: Task, *, exclude: Collection[str] = ()) -> tuple[list[Sample],
             if example.text.strip() in excluded:
                 refused.append(Refusal(task.name, path, number, "the text is in the evaluation's gold file"))
                 continue
-            messages = tuple(render(shown, example.text))
+            messages = tuple(render(shown, example.text, without=example.output))
             kept.append(Sample(task.name, number, messages, compact_json(example.output)))
     return kept, refused
 

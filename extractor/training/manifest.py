@@ -62,13 +62,17 @@ def model_fingerprint(model_dir: Path) -> str:
 def template_fingerprint(task: Task) -> str:
     """SHA-256 of what shapes the task's prompt and answer: prompt file, schema, system prompt.
 
-    The schema's ``x-extractor`` block is left out but for ``system``: how many attempts, grounding
-    or whether the adapter also sees examples do not change what the adapter learned.
+    The schema's ``x-extractor`` block is left out but for ``system`` and the pool's ``hints``: how
+    many attempts, grounding or whether the adapter also sees examples do not change what the
+    adapter learned.
     """
     h = hashlib.sha256(task.prompt_path.read_bytes())
     schema = {k: v for k, v in task.schema.items() if k != "x-extractor"}
     h.update(json.dumps(schema, sort_keys=True, ensure_ascii=False).encode())
     h.update((task.settings.system or "").encode())
+    pool = task.settings.examples_from_pool
+    if pool is not None and pool.hints:  # the adapter learned to read the pool's hints: it needs them
+        h.update(b"\0hints")
     return h.hexdigest()
 
 
@@ -94,6 +98,13 @@ def write(
     }
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
     return manifest
+
+
+def add_metrics(folder: Path, metrics: Mapping[str, Any]) -> None:
+    """Record more figures (e.g. the dev F1 measured after training) in ``folder``'s manifest."""
+    manifest = read(folder)
+    manifest["metrics"] = {**manifest.get("metrics", {}), **metrics}
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
 
 
 def read(folder: Path) -> dict[str, Any]:
