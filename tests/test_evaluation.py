@@ -199,3 +199,22 @@ def test_select_per_task_then_limit(catalog: Catalog, tmp_path: Path) -> None:
     items = load_gold(write_gold(tmp_path / "gold.jsonl", lines), task=None, known=catalog.names())
     assert [i.line for i in select(items, per_task=2)] == [1, 2, 3, 4]
     assert [i.line for i in select(items, per_task=2, limit=3)] == [1, 2, 3]
+
+
+def test_eval_cli_sorts_the_errors_by_kind(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EXTRACTOR_HOME", str(tmp_path / "home"))
+    gold = write_gold(tmp_path / "gold.jsonl", GOLD[:2])
+    assert main(["eval", "landmark_slots", str(gold), "--engine", "scripted", "--json", "--errors"]) == 0
+    errors = json.loads(capsys.readouterr().out)["errors"]
+    assert errors["docs"] == 2 and set(errors["error_shares"]) == {
+        "duplicate",
+        "wrong_field",
+        "boundary",
+        "boundary_and_field",
+        "invented",
+        "missed",
+    }
+    assert main(["eval", "landmark_slots", str(gold), "--engine", "scripted", "--errors"]) == 0
+    assert "invented" in capsys.readouterr().out
