@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from extractor.grounding import is_word_char
+from extractor.grounding import field_path, is_grounded_field, is_word_char, string_leaves
 
 MIN_CHARS = 2
 MAX_CHARS = 40  # longer labelled values are kept out: a lexicon of sentences only slows the scan
@@ -50,9 +50,9 @@ class Lexicon:
         """From pool outputs; ``skip``: field paths that are not grounded (enums, dates, ...)."""
         lexicon = cls()
         for output in outputs:
-            for path, value in strings(output):
-                if path not in skip:
-                    lexicon.add(path, value, 1)
+            for pointer, value in string_leaves(output):
+                if is_grounded_field(pointer, skip):
+                    lexicon.add(field_path(pointer), value, 1)
         return lexicon
 
     def add(self, path: str, value: str, count: int) -> None:
@@ -66,7 +66,7 @@ class Lexicon:
 
     def find(self, text: str, *, without: Mapping[str, Any] | None = None) -> list[Hint]:
         """Remembered values in ``text``, in text order; ``without``: one pool output left out (its own line)."""
-        own = Counter(strings(without)) if without is not None else Counter()
+        own = Counter((field_path(p), v) for p, v in string_leaves(without)) if without is not None else Counter()
         hints: list[Hint] = []
         i = 0
         while i < len(text):
@@ -87,18 +87,6 @@ class Lexicon:
         left = {path: n - own[(path, value)] for path, n in counts.items()}
         best = max(left.values())
         return next(path for path, n in left.items() if n == best) if best > 0 else None
-
-
-def strings(data: Any, pointer: str = "") -> Iterable[tuple[str, str]]:
-    """``(field path, value)`` for every string in ``data``; array positions are not part of the path."""
-    if isinstance(data, Mapping):
-        for key, value in data.items():
-            yield from strings(value, f"{pointer}/{str(key).replace('~', '~0').replace('/', '~1')}")
-    elif isinstance(data, list):
-        for value in data:
-            yield from strings(value, pointer)
-    elif isinstance(data, str):
-        yield pointer, data
 
 
 def _bounded(text: str, start: int, end: int) -> bool:
