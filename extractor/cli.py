@@ -540,7 +540,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = commands.add_parser("train", help="train a LoRA adapter on tasks' example pools (adapters/<task>/)")
     train.add_argument("tasks", nargs="+", metavar="TASK")
-    train.add_argument("--epochs", type=float, help="passes over the samples (default: 3-10, from the pool size)")
+    train.add_argument("--epochs", type=float, help="passes over the samples (default: 2-10, from the pool size)")
     train.add_argument("--rank", type=int, help="LoRA rank (default: 16-64, from the pool size; alpha is twice it)")
     train.add_argument("--limit", type=int, help="at most this many pool lines per task")
     train.add_argument("--out", help="adapter folder (default: <tasks-dir>/adapters/<task>)")
