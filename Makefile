@@ -11,7 +11,7 @@ VLLM_EXTRA := $(if $(HAS_GPU),gpu,cpu)
 # Real-engine tests start vLLM once; on CPU it needs KV-cache space set in GiB.
 export VLLM_CPU_KVCACHE_SPACE ?= 2
 
-.PHONY: setup setup-browser serve test test-fast lint fix bench bench-quick clean
+.PHONY: setup setup-browser setup-postgres serve test test-fast lint fix bench bench-quick clean
 
 setup: $(STAMP)
 	@$(VENV)/bin/extractor model prepare
@@ -41,13 +41,21 @@ setup-browser:
 	@test -x $(CHROMIUM) || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium fonts-wqy-microhei; }
 	@test -x $(CHROMIUM) || { echo "$(CHROMIUM) is still missing: install Debian's chromium package" >&2; exit 1; }
 
+# The review queue's tests run on SQLite and on PostgreSQL: the session starts a throwaway cluster
+# with Debian's server binaries (initdb, pg_ctl; tests/postgres.py), never a service of the machine.
+PG_INITDB := ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1
+
+setup-postgres:
+	@$(PG_INITDB) || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q postgresql; }
+	@$(PG_INITDB) || { echo "PostgreSQL's initdb is still missing: install Debian's postgresql package" >&2; exit 1; }
+
 serve: setup
 	$(VENV)/bin/extractor serve
 
-test: setup setup-browser
+test: setup setup-browser setup-postgres
 	$(PY) -m pytest -q
 
-test-fast: setup setup-browser
+test-fast: setup setup-browser setup-postgres
 	$(PY) -m pytest -q -m "not engine"
 
 # Benchmarks start vLLM: one engine at a time on a shared machine (flock where available).

@@ -40,16 +40,17 @@ QUICK = Sizes(
     seed_per_task=2,
     quality_per_task=3,
 )
+SNIPS_TASKS = (
+    "snips_add_to_playlist",
+    "snips_book_restaurant",
+    "snips_get_weather",
+    "snips_play_music",
+    "snips_rate_book",
+    "snips_search_creative_work",
+    "snips_search_screening_event",
+)
 FULL = Sizes(
-    throughput_tasks=(
-        "snips_add_to_playlist",
-        "snips_book_restaurant",
-        "snips_get_weather",
-        "snips_play_music",
-        "snips_rate_book",
-        "snips_search_creative_work",
-        "snips_search_screening_event",
-    ),
+    throughput_tasks=SNIPS_TASKS,
     throughput_per_task=16,
     seed_per_task=4,
     quality_per_task=20,

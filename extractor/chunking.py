@@ -207,7 +207,7 @@ def _under(spans: Sequence[Span], pointer: str) -> list[Span]:
 
 
 def _rebase(spans: Sequence[Span], old: str, new: str) -> list[Span]:
-    return [Span(new + s.path[len(old) :], s.value, s.start, s.end, s.status) for s in spans]
+    return [replace(s, path=new + s.path[len(old) :]) for s in spans]
 
 
 def _escape(token: str) -> str:

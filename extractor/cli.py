@@ -1,4 +1,4 @@
-"""The ``extractor`` command line: extract, batch, eval, tasks, tasks check, model prepare, serve."""
+"""The ``extractor`` command line: extract, batch, eval, tasks, tasks check, model prepare, review, serve."""
 
 from __future__ import annotations
 
@@ -31,6 +31,8 @@ _SETTING_HELP = {
     "model": "'default' (embedded SmolLM2-135M-Instruct), 'gemma3-270m' (Gemma 3 270M base, multilingual; "
     "`model prepare --model gemma3-270m` first) or a model directory",
     "grammar_backend": "guidance (default) or xgrammar",
+    "database_url": "the review queue's PostgreSQL (postgresql://user:password@host/db); default SQLite "
+    "review.sqlite3 under --home; prefer EXTRACTOR_DATABASE_URL",
 }
 # Flags that only matter to some commands are still accepted everywhere: one vocabulary.
 _SERVE_ONLY = {
@@ -380,6 +382,37 @@ def _cmd_examples(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_review(args: argparse.Namespace) -> int:
+    from extractor.review.export import write_gold
+    from extractor.review.store import ReviewStore
+
+    store = ReviewStore.from_settings(_settings(args))
+    try:
+        if args.action == "export":
+            out = Path(args.out)
+            done = write_gold(out, store.decided(args.task))
+            skipped = f"; {done.skipped} skipped (not an object answer)" if done.skipped else ""
+            print(f"{done.written} accepted or corrected item(s) of {args.task} written{skipped}", file=sys.stderr)
+            print(out)
+            return 0
+        page = store.page(
+            task=args.task, status=args.status, below=args.below, order=args.order, limit=args.limit, cursor=args.cursor
+        )
+    finally:
+        store.close()
+    if args.json:
+        _print_json({"items": [i.as_json() for i in page.items], "next_cursor": page.next_cursor})
+        return 0
+    for item in page.items:
+        confidence = f"{item.confidence:.2f}" if item.confidence is not None else "-"
+        text = " ".join(item.text.split())
+        text = text if len(text) <= 60 else text[:59] + "…"
+        print(f"{item.id:>6}  {item.status:<9}  {confidence:>4}  {item.task}  {text}")
+    if page.next_cursor:
+        print(f"more: --cursor {page.next_cursor}", file=sys.stderr)
+    return 0
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from extractor.examples.pool import summarize
     from extractor.models import resolve_model_dir
@@ -420,7 +453,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         model_dir=model_dir,
         tasks=tasks,
         data_hash=data.digest(train_set),
-        config=vars(config) | {"samples": len(train_set), "held_out": len(held_out)},
+        config=vars(config)
+        | {"samples": len(train_set), "held_out": len(held_out), "held_out_lines": data.lines_by_task(held_out)},
         metrics=report.as_dict(),
     )
     metrics = dict(written["metrics"])
@@ -428,6 +462,54 @@ def _cmd_train(args: argparse.Namespace) -> int:
         metrics["eval"] = _score_adapter(settings, tasks[0].name, Path(args.eval))
         manifest.add_metrics(out, {"eval": metrics["eval"]})
     _print_json({"adapter": str(out), **metrics})
+    return 0
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from extractor import gold, pipeline
+    from extractor.api import Extractor
+    from extractor.examples.pool import Example
+    from extractor.progress import Progress
+    from extractor.review import calibration, fitting
+    from extractor.tasks import calibration_path
+
+    extractor = Extractor(settings=_settings(args), tasks=[args.task])
+    task = pipeline.served(extractor.task(args.task), extractor.settings)
+    if args.gold:
+        items = gold.load_gold(Path(args.gold), task=task.name, known=extractor.catalog.names())
+        cases = fitting.example_cases(task, [Example(i.text, i.expected) for i in items if i.task == task.name])
+        source = f"{len(cases)} lines of {args.gold}"
+    elif task.adapter is not None:
+        cases = fitting.example_cases(task, fitting.held_out_examples(task))
+        source = f"{len(cases)} pool lines held out from the adapter's training"
+    else:
+        cases = fitting.pool_cases(task, lines=args.lines, folds=args.folds, seed=args.seed)
+        source = f"{len(cases)} pool lines, each extracted with a pool lacking its fold ({args.folds} folds)"
+    print(f"calibrate {task.name}: {source}", file=sys.stderr)
+    progress = Progress(label="calibrate", interval_s=args.progress_interval)
+
+    async def run() -> list[tuple[float, bool]]:
+        try:
+            await extractor.astart()
+            progress.start(total=len(cases))
+            return await fitting.collect(
+                extractor.arun,
+                cases,
+                concurrency=args.concurrency or extractor.settings.max_num_seqs,
+                progress=lambda n: progress.update(done=n),
+            )
+        finally:
+            progress.finish()
+            await extractor.aclose()
+
+    with _engine_output_to_stderr():
+        pairs = asyncio.run(run())
+    fitted = fitting.fit(pairs, task=task, model=extractor.engine.model_name, source=source)
+    path = calibration_path(extractor.settings.tasks_dir, task.name)
+    calibration.save(fitted, path)
+    _print_json({"calibration": str(path), "values": fitted.values, "points": len(fitted.points), **fitted.scores})
     return 0
 
 
@@ -538,6 +620,26 @@ def build_parser() -> argparse.ArgumentParser:
     _add_settings(importer)
     importer.set_defaults(handler=_cmd_examples)
 
+    review = commands.add_parser("review", help="the review queue: list its items, export the decided ones as gold")
+    review_actions = review.add_subparsers(dest="action", required=True)
+    lister = review_actions.add_parser("list", help="items of the queue, newest (or least confident) first")
+    lister.add_argument("--task", help="only this task's items")
+    lister.add_argument("--status", choices=["pending", "accepted", "corrected", "rejected"])
+    lister.add_argument("--below", type=float, help="only items with a confidence under this")
+    lister.add_argument("--order", choices=["newest", "confidence"], default="newest")
+    lister.add_argument("--limit", type=int, default=50, help="items to list (default 50, at most 500)")
+    lister.add_argument("--cursor", help="the next page: the cursor the previous listing printed")
+    lister.add_argument("--json", action="store_true", help="print one JSON object {items, next_cursor}")
+    _add_settings(lister)
+    lister.set_defaults(handler=_cmd_review)
+    exporter = review_actions.add_parser(
+        "export", help="write a task's accepted and corrected items as a gold file (`extractor eval` reads it)"
+    )
+    exporter.add_argument("task")
+    exporter.add_argument("--out", required=True, metavar="GOLD.jsonl", help="the gold file to write")
+    _add_settings(exporter)
+    exporter.set_defaults(handler=_cmd_review)
+
     train = commands.add_parser("train", help="train a LoRA adapter on tasks' example pools (adapters/<task>/)")
     train.add_argument("tasks", nargs="+", metavar="TASK")
     train.add_argument("--epochs", type=float, help="passes over the samples (default: 2-10, from the pool size)")
@@ -564,6 +666,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_settings(train)
     train.set_defaults(handler=_cmd_train)
+
+    calibrate = commands.add_parser(
+        "calibrate",
+        help="fit how a task's confidences map to being right, on labelled texts the model did not see "
+        "(calibration/<task>.json)",
+    )
+    calibrate.add_argument("task")
+    calibrate.add_argument("--gold", metavar="GOLD.jsonl", help="labelled texts to fit on (default: the pool)")
+    calibrate.add_argument("--lines", type=int, default=400, help="pool lines to extract (default: 400)")
+    calibrate.add_argument("--folds", type=int, default=5, help="the pool is cut in this many folds (default: 5)")
+    calibrate.add_argument("--seed", type=int, default=0)
+    calibrate.add_argument("--concurrency", type=int, help="requests at once (default: max-num-seqs)")
+    calibrate.add_argument("--progress-interval", type=float, default=10.0, help="seconds between progress lines")
+    _add_settings(calibrate)
+    calibrate.set_defaults(handler=_cmd_calibrate)
 
     serve = commands.add_parser("serve", help="run the HTTP service")
     _add_settings(serve, serve=True)

@@ -108,6 +108,9 @@ class Settings:
     # `extractor serve`: reload the catalog when its files change; the playground page at GET /
     watch: bool = True
     playground: bool = True
+    # the review queue (extractor.review): PostgreSQL when set (postgresql://user:pass@host/db), else
+    # SQLite in review.sqlite3 under ``home``; hidden from repr (it may hold a password)
+    database_url: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.engine not in ("vllm", "scripted", "remote"):
@@ -149,6 +152,14 @@ class Settings:
             raise ConfigError(f"EXTRACTOR_ENGINE_NICE: a nice value from 0 to 19 (0: leave it), got {self.engine_nice}")
         if self.max_queued < 0 or self.ready_cache_s < 0:
             raise ConfigError("EXTRACTOR_MAX_QUEUED and EXTRACTOR_READY_CACHE_S must be >= 0")
+        if self.database_url is not None:
+            scheme = self.database_url.split(":", 1)[0].split("+", 1)[0].lower()
+            if "://" not in self.database_url or scheme not in ("postgresql", "postgres", "sqlite"):
+                # the scheme only: the rest of the URL may hold a password
+                raise ConfigError(
+                    f"EXTRACTOR_DATABASE_URL: use postgresql://user:password@host/database (or sqlite:///file), "
+                    f"not a {scheme!r} URL"
+                )
 
     @property
     def remote_base_urls(self) -> tuple[str, ...]:
@@ -164,6 +175,11 @@ class Settings:
     def models_dir(self) -> Path:
         """Where converted models are cached."""
         return self.home / "models"
+
+    @property
+    def review_database(self) -> Path:
+        """The review queue's SQLite file, used when ``database_url`` is not set."""
+        return self.home / "review.sqlite3"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

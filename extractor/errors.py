@@ -163,3 +163,27 @@ class ChunkedExtractionFailed(ExtractionFailed):
         super().__init__(task, attempts)
         self.reason = reason
         self.args = (f"task {task!r}: {reason}",)
+
+
+class ReviewError(ExtractorError):
+    """The review queue cannot do what was asked; the subclasses say why."""
+
+
+class ReviewNotFoundError(ReviewError):
+    """No review item has this id: HTTP 404."""
+
+    def __init__(self, item_id: int) -> None:
+        self.item_id = item_id
+        super().__init__(f"no review item {item_id}; GET /review lists the queue")
+
+
+class ReviewConflictError(ReviewError):
+    """The item was decided by someone else first (or changed since the version given): HTTP 409."""
+
+
+class CorrectionError(ReviewError):
+    """A correction (or an accepted result) cannot teach the task: not valid, or a value not in the text (422)."""
+
+
+class ReviewStoreError(ReviewError):
+    """The review database cannot be reached or refused the work: HTTP 503; the message names the database."""

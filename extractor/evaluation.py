@@ -21,6 +21,11 @@ from extractor.journal import write_atomic
 from extractor.metrics import Counts, compare, total
 from extractor.progress import Progress
 from extractor.results import Attempt, ExtractionResult
+from extractor.review import calibration, fitting
+
+# The review loop's targets (issue 23): calibrated within 5 points; the least sure 20 % hold 60 % of the errors.
+ECE_TARGET = 0.05
+CATCH_TARGET = 0.6
 
 
 @dataclass
@@ -38,9 +43,19 @@ class Tally:
     values: int = 0  # predicted string values checked against the text
     ungrounded: int = 0
     fields: dict[str, Counts] = field(default_factory=dict)
+    scored: list[tuple[float, bool]] = field(default_factory=list)  # (confidence, right) per value
+    calibrated: int = 0  # docs whose confidences came through the task's calibration
 
-    def add(self, result: ExtractionResult | None, attempts: Sequence[Attempt], counts: dict[str, Counts]) -> None:
+    def add(
+        self,
+        result: ExtractionResult | None,
+        attempts: Sequence[Attempt],
+        counts: dict[str, Counts],
+        scored: Sequence[tuple[float, bool]] = (),
+    ) -> None:
         self.docs += 1
+        self.scored.extend(scored)
+        self.calibrated += result is not None and result.calibrated
         self.valid += result is not None
         # Valid with no re-ask: every attempt (one per chunk of a long text) was accepted.
         self.first_valid += result is not None and all(a.valid for a in attempts)
@@ -72,7 +87,15 @@ class Tally:
             "output_tokens_per_doc": _rate(self.completion_tokens, self.docs),
             "prompt_tokens_per_doc": _rate(self.prompt_tokens, self.docs),
             "per_field": {name: c.as_dict() for name, c in sorted(self.fields.items())},
+            "calibration": self.calibration(),
         }
+
+    def calibration(self) -> dict[str, Any] | None:
+        """How well confidences tell right values from wrong (None: no value had one)."""
+        if not self.scored:
+            return None
+        confidences, right = [c for c, _ in self.scored], [ok for _, ok in self.scored]
+        return {**calibration.summary(confidences, right), "calibrated_docs": self.calibrated}
 
 
 def _rate(part: int, whole: int) -> float:
@@ -88,6 +111,7 @@ class Prediction:
     attempts: list[Attempt]
     error: str | None
     counts: dict[str, Counts]
+    scored: list[tuple[float, bool]] = field(default_factory=list)
 
     def record(self) -> dict[str, Any]:
         """The line written to ``--out``."""
@@ -104,6 +128,8 @@ class Prediction:
             "tp": micro.tp,
             "fp": micro.fp,
             "fn": micro.fn,
+            "confidences": self.result.confidences if self.result is not None else None,
+            "calibrated": self.result.calibrated if self.result is not None else None,
         }
 
 
@@ -125,7 +151,8 @@ async def predict(extractor: Extractor, item: GoldItem, options: Mapping[str, An
     except ExtractorError as failed:
         error = str(failed)
     counts = compare(item.expected, result.data if result is not None else None)
-    return Prediction(item, result, attempts, error, counts)
+    scored = fitting.marks(item.expected, result) if result is not None else []
+    return Prediction(item, result, attempts, error, counts, scored)
 
 
 async def evaluate(
@@ -186,8 +213,8 @@ def report(predictions: Sequence[Prediction], elapsed_s: float) -> dict[str, Any
     overall = Tally()
     tasks: dict[str, Tally] = {}
     for p in predictions:
-        overall.add(p.result, p.attempts, {f"{p.item.task}{k}": c for k, c in p.counts.items()})
-        tasks.setdefault(p.item.task, Tally()).add(p.result, p.attempts, p.counts)
+        overall.add(p.result, p.attempts, {f"{p.item.task}{k}": c for k, c in p.counts.items()}, p.scored)
+        tasks.setdefault(p.item.task, Tally()).add(p.result, p.attempts, p.counts, p.scored)
     # Each task's docs/s is over the whole run's time: they ran interleaved.
     return {
         **overall.metrics(elapsed_s),
@@ -218,8 +245,25 @@ def report_text(result: dict[str, Any], *, fields: bool = False) -> str:
             f"{name:32} {t['docs']:5d} {t['precision']:6.3f} {t['recall']:6.3f} {t['f1']:6.3f} "
             f"{t['schema_valid_rate']:7.1%} {t['first_attempt_valid_rate']:7.1%} {t['mean_attempts']:8.2f}"
         )
+    lines += calibration_text(result.get("calibration"))
     if fields:
         lines += ["", f"{'field':48} {'support':>7} {'P':>6} {'R':>6} {'F1':>6}"]
         for name, f in result["per_field"].items():
             lines.append(f"{name:48} {f['support']:7d} {f['precision']:6.3f} {f['recall']:6.3f} {f['f1']:6.3f}")
     return "\n".join(lines)
+
+
+def calibration_text(scores: Mapping[str, Any] | None) -> list[str]:
+    """The calibration lines of the report: ECE, the catch rate at the review share, AUROC."""
+    if not scores:
+        return ["confidence: none (the engine gave no token probabilities)"]
+    share, ceiling = scores["review_share"], scores["catch_ceiling"]
+    source = "calibrated" if scores["calibrated_docs"] else "raw, not calibrated (run extractor calibrate)"
+    auroc = f"{scores['auroc']:.3f}" if scores["auroc"] is not None else "n/a"
+    return [
+        f"confidence ({source}): {scores['values']} values, {scores['wrong']} wrong; "
+        f"mean confidence {scores['mean_confidence']:.3f} vs accuracy {scores['accuracy']:.3f}",
+        f"  ECE {scores['ece']:.3f} (target <= {ECE_TARGET})  "
+        f"reviewing the least sure {share:.0%} of values catches {scores['catch_rate']:.1%} of the wrong ones "
+        f"(target >= {CATCH_TARGET:.0%}; at most {ceiling:.1%} here)  AUROC {auroc}",
+    ]

@@ -54,18 +54,24 @@ class Span:
     start: int | None
     end: int | None
     status: SpanStatus
+    confidence: float | None = None
+
+
+def scalar_leaves(data: Any, pointer: str = "") -> Iterator[tuple[str, Any]]:
+    """Yield ``(json_pointer, value)`` for every non-null scalar in ``data``, in document order."""
+    if isinstance(data, Mapping):
+        for key, value in data.items():
+            yield from scalar_leaves(value, f"{pointer}/{str(key).replace('~', '~0').replace('/', '~1')}")
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            yield from scalar_leaves(value, f"{pointer}/{index}")
+    elif data is not None:
+        yield pointer, data
 
 
 def string_leaves(data: Any, pointer: str = "") -> Iterator[tuple[str, str]]:
     """Yield ``(json_pointer, string)`` for every string value in ``data``."""
-    if isinstance(data, str):
-        yield pointer, data
-    elif isinstance(data, Mapping):
-        for key, value in data.items():
-            yield from string_leaves(value, f"{pointer}/{str(key).replace('~', '~0').replace('/', '~1')}")
-    elif isinstance(data, list):
-        for index, value in enumerate(data):
-            yield from string_leaves(value, f"{pointer}/{index}")
+    return ((p, v) for p, v in scalar_leaves(data, pointer) if isinstance(v, str))
 
 
 def field_path(pointer: str) -> str:

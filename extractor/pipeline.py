@@ -19,7 +19,7 @@ from extractor import chunking, grounded_decoding, grounding
 from extractor.chunking import Chunk, ChunkOutcome
 from extractor.config import MAX_ATTEMPTS_LIMIT, Settings
 from extractor.constraints import wrapping
-from extractor.engines.base import Engine, GenerationRequest
+from extractor.engines.base import Engine, Generation, GenerationRequest
 from extractor.errors import ChunkedExtractionFailed, ExtractionFailed, InputError, TextTooLongError
 from extractor.grounded_decoding import MAX_WORDS as MAX_GROUNDED_WORDS
 from extractor.grounded_decoding import Constrained as Constraint
@@ -27,6 +27,7 @@ from extractor.grounding import GroundingPolicy, Span
 from extractor.parsing import parse_and_validate, validate
 from extractor.prompting import render
 from extractor.results import Attempt, ChunkModel, ExtractionResult, SpanModel, Usage
+from extractor.review import confidence
 from extractor.tasks import ChunkSettings, Task
 from extractor.typed import TypedModel, build_value
 
@@ -123,6 +124,9 @@ class Extracted:
     grounded_fields: tuple[str, ...] = ()
     chunks: list[Chunk] = field(default_factory=list)
     decoding: Constraint | None = None
+    # Every non-null scalar's confidence by pointer; None: the engine gave no token probabilities.
+    confidences: dict[str, float] | None = None
+    calibrated: bool = False
 
 
 def served(task: Task, settings: Settings) -> Task:
@@ -180,6 +184,7 @@ async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk:
     previous: str | None = None
     last_value: Any = None
     last_spans: list[Span] = []
+    last_scores: Scores | None = None
     budget, cut = p.max_tokens, False
     for number in range(1, p.max_attempts + 1):
         messages = render(task, text, feedback=feedback, previous=previous)
@@ -211,6 +216,7 @@ async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk:
             top_p=p.top_p,
             seed=p.seed,
             stop=p.stop,
+            logprobs=True,
         )
         t0 = time.perf_counter()
         generation = await engine.generate(request)
@@ -250,10 +256,11 @@ async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk:
                 chunk=chunk,
             )
         )
+        scored = scores(task, generation) if not errors or (parsed.ok and not cut) else None
         if not errors:
-            return Extracted(parsed.value, spans, [], attempts, fields, decoding=constrained)
+            return _scored(Extracted(parsed.value, spans, [], attempts, fields, decoding=constrained), scored)
         if parsed.ok and not cut:
-            last_value, last_spans = parsed.value, spans
+            last_value, last_spans, last_scores = parsed.value, spans, scored
         feedback, previous = errors, generation.text
     if p.grounding == "strict" and last_value is not None and not validate(task.validator, last_value):
         # Valid but for values not in the text as written: drop those, keep the rest if still valid.
@@ -261,8 +268,44 @@ async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk:
         pruned = remove_values(last_value, [s.path for s in missing])
         if not validate(task.validator, pruned):
             kept = grounding.locate(text, pruned, skip=task.ungrounded)
-            return Extracted(pruned, kept, missing, attempts, fields, decoding=constrained)
+            if last_scores is not None:
+                last_scores = replace(last_scores, values=confidence.follow(last_value, pruned, last_scores.values))
+            extracted = Extracted(pruned, kept, missing, attempts, fields, decoding=constrained)
+            return _scored(extracted, last_scores)
     raise ExtractionFailed(task.name, attempts)
+
+
+@dataclass(frozen=True)
+class Scores:
+    """An accepted answer's confidences by pointer, and whether the task's calibration made them."""
+
+    values: dict[str, float]
+    calibrated: bool
+
+
+def scores(task: Task, generation: Generation) -> Scores | None:
+    """Each value's confidence from the generation's token probabilities (None: it had none).
+
+    Raw probabilities go through the task's calibration when it was fitted for the way the task
+    is served now (with its adapter or without).
+    """
+    if not generation.token_logprobs:
+        return None
+    raw = confidence.raw_confidences(generation.text, generation.token_ends, generation.token_logprobs)
+    mapping = task.calibration
+    if mapping is None or mapping.adapter != (task.adapter is not None):
+        return Scores(raw, calibrated=False)
+    return Scores({pointer: mapping(value) for pointer, value in raw.items()}, calibrated=True)
+
+
+def _scored(extracted: Extracted, found: Scores | None) -> Extracted:
+    """``extracted`` with its confidences, on the spans too."""
+    if found is None:
+        return extracted
+    extracted.spans = [replace(s, confidence=found.values.get(s.path)) for s in extracted.spans]
+    extracted.removed = [replace(s, confidence=found.values.get(s.path)) for s in extracted.removed]
+    extracted.confidences, extracted.calibrated = found.values, found.calibrated
+    return extracted
 
 
 def reask_budget(budget: int, *, prompt_tokens: int, max_model_len: int) -> int | None:
@@ -341,7 +384,13 @@ async def _extract_chunks(task: Task, pieces: Sequence[Chunk], p: Plan, engine: 
     # The weakest decoding any chunk had speaks for the whole text.
     modes = [d.decoding for d in done if isinstance(d, Extracted) and d.decoding is not None]
     weakest = max(modes, key=lambda c: _STRENGTH.index(c.mode), default=None)
-    return Extracted(merged.data, merged.spans, merged.removed, attempts, tuple(fields), list(pieces), weakest)
+    extracted = Extracted(merged.data, merged.spans, merged.removed, attempts, tuple(fields), list(pieces), weakest)
+    scored = [d for d in done if isinstance(d, Extracted) and d.confidences is not None]
+    if scored:
+        # Merged by pointer through the spans: a long text's confidences are its strings'.
+        extracted.confidences = {s.path: s.confidence for s in merged.spans if s.confidence is not None}
+        extracted.calibrated = all(d.calibrated for d in scored)
+    return extracted
 
 
 _STRENGTH = ("grammar", "enum", "posthoc")
@@ -388,4 +437,7 @@ def _result(
         grounded_decoding=extracted.decoding.mode if extracted.decoding is not None else "off",
         cuts=sum(1 for a in extracted.attempts if a.finish_reason == "length"),
         notes=[extracted.decoding.note] if extracted.decoding is not None and extracted.decoding.note else [],
+        confidences={wrapping.unwrap_pointer(k, key): v for k, v in (extracted.confidences or {}).items()},
+        confidence=confidence.lowest(extracted.confidences) if extracted.confidences is not None else None,
+        calibrated=extracted.calibrated,
     )

@@ -35,6 +35,12 @@ class SpanModel(BaseModel):
         description="exact: text[start:end] == value; normalized: equal up to case, Unicode form and "
         "whitespace; fuzzy: a near match (start/end give the text it matched); missing: not found"
     )
+    confidence: float | None = Field(
+        default=None,
+        description="the probability that this value is right, from the model's own token probabilities under "
+        "the constraint (calibrated on the task's pool when `extractor calibrate` was run); null when the engine "
+        "gave no token probabilities",
+    )
 
 
 class ChunkModel(BaseModel):
@@ -92,6 +98,20 @@ class ExtractionResult(BaseModel):
         "spans, not at all (checked after generation; `notes` says why), or off (no grounded decoding asked)",
     )
     notes: list[str] = Field(default_factory=list, description="why decoding was weaker than asked, when it was")
+    confidences: dict[str, float] = Field(
+        default_factory=dict,
+        description="every non-null scalar value's confidence (as `spans[*].confidence`), by JSON pointer in `data`",
+    )
+    confidence: float | None = Field(
+        default=None,
+        description="the lowest confidence of any value (1.0 when nothing was extracted); null when the engine "
+        "gave no token probabilities",
+    )
+    calibrated: bool = Field(
+        default=False,
+        description="the confidences were mapped through the task's calibration (`calibration/<task>.json`); "
+        "false: the model's raw probabilities",
+    )
     cuts: int = Field(
         default=0,
         description="attempts cut at max_tokens (finish reason `length`); each was re-asked with a larger budget",

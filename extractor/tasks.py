@@ -22,8 +22,10 @@ from extractor import decoding, grounded_decoding, grounding, limits, templating
 from extractor.config import MAX_ATTEMPTS_LIMIT, GrammarBackend
 from extractor.constraints import task_schema
 from extractor.engines.base import Message
-from extractor.errors import TaskError, UnknownTaskError
+from extractor.errors import ConfigError, TaskError, UnknownTaskError
 from extractor.examples.pool import Example, ExamplePool, PoolSettings, load_pool, summarize
+from extractor.review import calibration
+from extractor.review.calibration import Calibration
 from extractor.typed import TypedModel, model_for_schema
 
 TASK_NAME = re.compile(r"^[a-z0-9_-]{1,64}$")
@@ -62,6 +64,12 @@ _SETTINGS_SCHEMA: dict[str, Any] = {
                 "overlap": {"type": "integer", "minimum": 0},
             },
         },
+        "review": {  # send results less confident than `below` to the review queue
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["below"],
+            "properties": {"below": {"type": "number", "minimum": 0, "maximum": 1}},
+        },
         "examples": {
             "type": "array",
             "items": {
@@ -96,6 +104,13 @@ class ChunkSettings:
 
 
 @dataclass(frozen=True)
+class ReviewSettings:
+    """``x-extractor.review``: a result whose lowest value confidence is under ``below`` goes to the review queue."""
+
+    below: float
+
+
+@dataclass(frozen=True)
 class TaskSettings:
     """Per-task settings from the schema's ``x-extractor`` block (None: use the global default)."""
 
@@ -111,6 +126,8 @@ class TaskSettings:
     examples_from_pool: PoolSettings | None = field(default_factory=PoolSettings)
     adapter: str | bool = True
     adapter_examples: bool = False
+    # Results sent to the review queue by their confidence (None: only those a request asks for).
+    review: ReviewSettings | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -147,6 +164,8 @@ class Task:
     wrapped: str | None = None
     # A hash of the files the task was built from (set by ``extractor.reload``; empty otherwise).
     version: str = ""
+    # The map from raw to calibrated confidence (``calibration/<task>.json``, ``extractor calibrate``).
+    calibration: Calibration | None = None
 
     @property
     def uses_pool(self) -> bool:
@@ -266,7 +285,24 @@ def load_task(
     _check_renders(task)
     if root is not None:
         task = _with_adapter(where, task, root)
+        task = _with_calibration(task, root)
     return task
+
+
+def calibration_path(root: Path, name: str) -> Path:
+    """Where a task's calibration lives: ``calibration/<task>.json`` under the catalog root."""
+    return root / "calibration" / f"{name}.json"
+
+
+def _with_calibration(task: Task, root: Path) -> Task:
+    path = calibration_path(root, task.name)
+    if not path.is_file():
+        return task
+    limits.check_inside(path, root)
+    try:
+        return replace(task, calibration=calibration.load(path))
+    except ConfigError as error:
+        raise TaskError(str(path), "", str(error).removeprefix(f"{path}: ")) from None
 
 
 @dataclass(frozen=True)
@@ -446,7 +482,9 @@ def _read_settings(where: str, schema: Mapping[str, Any]) -> tuple[TaskSettings,
     if error is not None:
         raise TaskError(where, _pointer([SETTINGS_KEY, *error.path]), error.message)
     examples = tuple(Example(text=e["text"], output=e["output"]) for e in raw.get("examples", []))
-    values = {k: v for k, v in raw.items() if k not in ("examples", "chunking", "examples_from_pool")}
+    values = {k: v for k, v in raw.items() if k not in ("examples", "chunking", "examples_from_pool", "review")}
+    if "review" in raw:
+        values["review"] = ReviewSettings(below=float(raw["review"]["below"]))
     from_pool = raw.get("examples_from_pool", True)
     values["examples_from_pool"] = (
         PoolSettings(**from_pool) if isinstance(from_pool, dict) else (PoolSettings() if from_pool else None)

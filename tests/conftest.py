@@ -12,6 +12,8 @@ import pytest
 from extractor import Catalog, Extractor, ScriptedEngine, Settings
 from extractor.config import repo_root
 
+from .postgres import Cluster, cluster
+
 LANDMARK_TEXT = "阿尔罕布拉宫是西班牙摩尔人统治时期的宫殿建筑。"
 
 # On a GPU each engine takes this share of its memory up front: the session engine, the engines of
@@ -55,3 +57,19 @@ def real_extractor() -> Iterator[Extractor]:
     extractor.start()
     yield extractor
     extractor.close()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Cluster]:
+    """A PostgreSQL cluster of Debian's server binaries for the session (fails naming how to install them)."""
+    with cluster() as running:
+        yield running
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest) -> str | None:
+    """The review queue's database, once per backend: None (SQLite under home), then a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return None
+    running: Cluster = request.getfixturevalue("postgres")
+    return running.url(running.create_database())

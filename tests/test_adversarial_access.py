@@ -75,6 +75,19 @@ async def test_health_routes_stay_open(client: httpx.AsyncClient) -> None:
     assert "www-authenticate" not in (await client.get("/healthz")).headers
 
 
+async def test_the_playground_page_is_open_and_its_api_calls_are_not(
+    catalog: Catalog, tmp_path: Path, engine: ScriptedEngine
+) -> None:
+    # a browser must get the page before it can send the key typed into it; the page holds no data
+    async for c in client_for(keyed(catalog, tmp_path, engine)):
+        for path in ("/", "/playground/playground.js", "/playground/review.js", "/playground/playground.css"):
+            assert (await c.get(path)).status_code == 200, path
+        assert (await c.get("/review")).status_code == 401
+        assert (await c.get("/playground/other.js")).status_code == 401
+    async for c in client_for(keyed(catalog, tmp_path, engine, playground=False)):
+        assert (await c.get("/")).status_code == 401
+
+
 async def test_the_key_is_checked_before_the_body_is_read(client: httpx.AsyncClient) -> None:
     response = await client.post("/extract/landmark_slots", content=b"x" * 5_000_000)
     assert response.status_code == 401  # not 413: an unauthenticated client gets nothing read

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,12 @@ pytestmark = pytest.mark.adversarial
 
 
 def test_schemathesis_finds_nothing(tmp_path: Path) -> None:
-    with served(tmp_path) as (_, url):
+    # A copy of the catalog: an item it queues and then accepts would be appended to the task's pool.
+    catalog = tmp_path / "catalog"
+    for folder in ("schemas", "prompts", "examples", "adapters", "calibration"):
+        if (repo_root() / folder).is_dir():
+            shutil.copytree(repo_root() / folder, catalog / folder)
+    with served(tmp_path, tasks_dir=catalog) as (_, url):
         command = [sys.executable, "-m", "schemathesis.cli", "--config-file", str(repo_root() / "schemathesis.toml")]
         command += ["run", f"{url}/openapi.json", "--checks", "all", "--max-examples", "60", "--seed", "1"]
         command += ["--output-sanitize", "false", "--no-color"]

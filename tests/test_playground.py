@@ -1,4 +1,4 @@
-"""The playground over HTTP: the page and its two files, the headers that keep it to itself, turning it off."""
+"""The playground over HTTP: the page and its files, the headers that keep it to itself, turning it off."""
 
 from __future__ import annotations
 
@@ -31,14 +31,18 @@ async def test_page_and_its_files_with_a_strict_policy(extractor: Extractor) -> 
     # The page's hooks, and nothing it loads from elsewhere or inline.
     assert '<select id="task">' in page.text and '<textarea id="text"' in page.text
     sources = re.findall(r'(?:src|href)="([^"]+)"', page.text)
-    assert sources == ["/playground/playground.css", "/playground/playground.js"]
+    # each script slices texts by code point, as the API's offsets are
+    scripts = {"/playground/playground.js": "Array.from(text)", "/playground/review.js": "Array.from(raw.text)"}
+    assert sources == ["/playground/playground.css", *scripts]
     assert "<script>" not in page.text and "style=" not in page.text
-    for path, kind in [("/playground/playground.js", "text/javascript"), ("/playground/playground.css", "text/css")]:
+    for path in [*scripts, "/playground/playground.css"]:
         response = await get(extractor, path)
+        kind = "text/css" if path.endswith(".css") else "text/javascript"
         assert response.status_code == 200 and response.headers["content-type"].startswith(kind)
-    script = (await get(extractor, "/playground/playground.js")).text
-    assert not re.search(r"\.(innerHTML|outerHTML)|insertAdjacentHTML|document\.write|eval\(", script)
-    assert "Array.from(text)" in script  # sliced by code point, as the API's offsets are
+    for path, slicing in scripts.items():
+        script = (await get(extractor, path)).text
+        assert not re.search(r"\.(innerHTML|outerHTML)|insertAdjacentHTML|document\.write|eval\(", script)
+        assert slicing in script
 
 
 async def test_no_playground_setting(settings_off: Settings, catalog: object) -> None:

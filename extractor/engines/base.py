@@ -33,6 +33,8 @@ class GenerationRequest:
     adapter: str | None = None
     top_p: float | None = None  # None: the engine's default (1.0)
     seed: int | None = None
+    # Ask for each generated token's log-probability (under the constraint): what confidences are made of.
+    logprobs: bool = False
 
     def __post_init__(self) -> None:
         if self.json_schema is not None and self.grammar is not None:
@@ -47,6 +49,10 @@ class Generation:
     prompt_tokens: int
     completion_tokens: int
     finish_reason: str = "stop"
+    # With ``logprobs`` asked and given: per generated token, where it ends in ``text`` (code points)
+    # and its log-probability under the constraint (a token the constraint forced has 0.0).
+    token_ends: tuple[int, ...] = ()
+    token_logprobs: tuple[float, ...] = ()
 
 
 @runtime_checkable

@@ -30,7 +30,7 @@ import httpx
 from extractor.config import Settings
 from extractor.engines.base import Generation, GenerationRequest, Message
 from extractor.engines.loop import LoopThread
-from extractor.engines.tokenizer import count_chat_tokens, estimate_tokens, load_tokenizer
+from extractor.engines.tokenizer import bytes_ends, count_chat_tokens, estimate_tokens, load_tokenizer
 from extractor.errors import (
     ConfigError,
     EngineError,
@@ -88,6 +88,8 @@ def chat_payload(request: GenerationRequest, *, model: str, stream: bool = False
         body["top_p"] = request.top_p
     if request.seed is not None:
         body["seed"] = request.seed
+    if request.logprobs:
+        body["logprobs"] = True  # each token's own log-probability (vLLM: after the grammar's mask)
     if request.grammar is not None:
         # vLLM's own field (never beside response_format); the server's backend must read Lark:
         # start it with --structured-outputs-config '{"backend": "guidance"}'.
@@ -108,11 +110,15 @@ def parse_completion(body: Any) -> Generation:
         choice = body["choices"][0]
         text = choice["message"]["content"] or ""
         usage = body.get("usage") or {}
+        tokens = (choice.get("logprobs") or {}).get("content") or []
+        pieces = [bytes(t["bytes"]) if t.get("bytes") is not None else str(t["token"]).encode() for t in tokens]
         return Generation(
             text=str(text),
             prompt_tokens=int(usage.get("prompt_tokens") or 0),
             completion_tokens=int(usage.get("completion_tokens") or 0),
             finish_reason=str(choice.get("finish_reason") or "stop"),
+            token_ends=bytes_ends(pieces),
+            token_logprobs=tuple(float(t["logprob"]) for t in tokens),
         )
     except (KeyError, IndexError, TypeError, AttributeError) as error:
         raise ValueError(f"not a chat completion: {error!r}") from None

@@ -24,7 +24,9 @@ class ScriptedEngine:
     it over its chunks of ``chunk_chars`` characters. ``keep`` bounds both records (the newest
     are kept), for long dry runs. With ``cut_at_max_tokens``, an answer longer than the request's
     ``max_tokens`` (counted as :data:`CHARS_PER_TOKEN` characters a token) is cut there and
-    finishes with ``length``, as a real engine's would.
+    finishes with ``length``, as a real engine's would. Asked for ``logprobs``, it reports tokens
+    of :data:`CHARS_PER_TOKEN` characters, each with ``token_logprob`` (0.0: every value certain),
+    or ``token_logprob(text, start, end)`` when it is a function.
 
     Example:
         >>> engine = ScriptedEngine(['{"name": "x"}'])
@@ -43,6 +45,7 @@ class ScriptedEngine:
         chunk_chars: int = 4,
         keep: int | None = None,
         cut_at_max_tokens: bool = False,
+        token_logprob: float | Callable[[str, int, int], float] = 0.0,
     ) -> None:
         self._queue: deque[str] = deque(responses)
         self._respond = respond
@@ -52,6 +55,7 @@ class ScriptedEngine:
         self._chunk_chars = max(1, chunk_chars)
         self._keep = keep
         self._cut = cut_at_max_tokens
+        self._token_logprob = token_logprob
         self.history: list[GenerationRequest] = []
         self.aborted: list[GenerationRequest] = []
 
@@ -111,11 +115,17 @@ class ScriptedEngine:
         finish = "stop"
         if self._cut and len(text) > request.max_tokens * CHARS_PER_TOKEN:
             text, finish = text[: request.max_tokens * CHARS_PER_TOKEN], "length"
+        ends = tuple([*range(CHARS_PER_TOKEN, len(text), CHARS_PER_TOKEN), len(text)]) if request.logprobs else ()
+        score = self._token_logprob
+        starts = (0, *ends[:-1])
+        logprobs = tuple(score(text, a, b) if callable(score) else score for a, b in zip(starts, ends, strict=False))
         return Generation(
             text=text,
             prompt_tokens=self.count_prompt_tokens(request.messages),
             completion_tokens=max(1, len(text) // CHARS_PER_TOKEN),
             finish_reason=finish,
+            token_ends=ends,
+            token_logprobs=logprobs,
         )
 
     async def stream(self, request: GenerationRequest) -> AsyncGenerator[str, None]:

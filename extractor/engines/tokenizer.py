@@ -34,3 +34,33 @@ def count_chat_tokens(tokenizer: Any, messages: Sequence[Message]) -> int:
 def estimate_tokens(messages: Sequence[Message]) -> int:
     """A low estimate without a tokenizer: one token per 4 characters (English BPE), 4 per message."""
     return sum(len(m["content"]) // 4 + 4 for m in messages)
+
+
+def token_ends(tokenizer: Any, token_ids: Sequence[int], text: str) -> tuple[int, ...]:
+    """Where each generated token ends in ``text`` (code points), from decoding every prefix.
+
+    Decoding prefixes, not tokens one by one, keeps a character split over two byte tokens
+    (Chinese in byte-level BPE) whole: its first token ends where the character starts. Ends are
+    kept non-decreasing and within ``text`` (a stop string may have cut it).
+    """
+    if not token_ids:
+        return ()
+    prefixes = [list(token_ids[: i + 1]) for i in range(len(token_ids))]
+    decoded = tokenizer.batch_decode(prefixes, skip_special_tokens=True)
+    ends: list[int] = []
+    previous = 0
+    for prefix in decoded:
+        complete = len(prefix.rstrip("\ufffd")) if prefix.endswith("\ufffd") else len(prefix)
+        previous = min(len(text), max(previous, complete))
+        ends.append(previous)
+    return tuple(ends)
+
+
+def bytes_ends(pieces: Sequence[bytes]) -> tuple[int, ...]:
+    """Where each token ends, in code points, from the UTF-8 bytes of every token (an OpenAI ``logprobs`` list)."""
+    ends: list[int] = []
+    buffer = b""
+    for piece in pieces:
+        buffer += piece
+        ends.append(len(buffer.decode("utf-8", errors="ignore")))
+    return tuple(ends)

@@ -21,7 +21,7 @@ from extractor.config import Settings
 from extractor.engines import memory, priority
 from extractor.engines.base import Generation, GenerationRequest, Message
 from extractor.engines.loop import LoopThread
-from extractor.engines.tokenizer import chat_token_ids, load_tokenizer
+from extractor.engines.tokenizer import chat_token_ids, load_tokenizer, token_ends
 from extractor.errors import EngineDeadError, EngineError
 from extractor.models import resolve_model_dir
 
@@ -209,6 +209,8 @@ class VLLMEngine:
             structured_outputs=structured,
             top_p=1.0 if request.top_p is None else request.top_p,
             seed=request.seed,
+            # 0: the sampled token's own log-probability only (computed after the grammar's mask)
+            logprobs=0 if request.logprobs else None,
         )
 
     def _lora(self, request: GenerationRequest) -> Any:
@@ -251,11 +253,19 @@ class VLLMEngine:
         if final is None or not final.outputs:
             raise EngineError("vLLM returned no output")
         completion = final.outputs[0]
+        ids = list(completion.token_ids)
+        ends: tuple[int, ...] = ()
+        logprobs: tuple[float, ...] = ()
+        if completion.logprobs is not None and len(completion.logprobs) == len(ids):
+            logprobs = tuple(float(step[token].logprob) for step, token in zip(completion.logprobs, ids, strict=True))
+            ends = token_ends(self.tokenizer, ids, completion.text)
         return Generation(
             text=completion.text,
             prompt_tokens=len(final.prompt_token_ids or ()),
-            completion_tokens=len(completion.token_ids),
+            completion_tokens=len(ids),
             finish_reason=str(completion.finish_reason or "stop"),
+            token_ends=ends,
+            token_logprobs=logprobs,
         )
 
     async def stream(self, request: GenerationRequest) -> AsyncGenerator[str, None]:

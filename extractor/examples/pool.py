@@ -125,14 +125,24 @@ def check_line(raw: bytes | str, *, validator: Validator, ungrounded: frozenset[
         raise ValueError(f"'text' is {len(text)} characters; examples are kept under {MAX_TEXT_CHARS}")
     if not isinstance(output, dict):
         raise ValueError("'output' must be a JSON object shaped like the task's answer")
+    check_output(text, output, validator=validator, ungrounded=ungrounded)
+    return Example(text=text, output=output, id=value.get("id"))
+
+
+def check_output(
+    text: str, output: Any, *, validator: Validator, ungrounded: frozenset[str], where: str = "/output"
+) -> None:
+    """A labelled answer's checks: it validates, and each grounded string occurs in ``text`` (exact or normalized).
+
+    ``ValueError`` names the first problem at its JSON pointer under ``where``.
+    """
     problem = jsonschema.exceptions.best_match(validator.iter_errors(output))
     if problem is not None:
-        where = "/output" + "".join(f"/{p}" for p in problem.path)
-        raise ValueError(f"{where}: does not match the schema: {problem.message}")
+        pointer = where + "".join(f"/{p}" for p in problem.path)
+        raise ValueError(f"{pointer}: does not match the schema: {problem.message}")
     for span in grounding.locate(text, output, skip=ungrounded):
         if span.status not in ("exact", "normalized"):
-            raise ValueError(f"/output{span.path}: {span.value!r} does not occur in the text as written")
-    return Example(text=text, output=output, id=value.get("id"))
+            raise ValueError(f"{where}{span.path}: {span.value!r} does not occur in the text as written")
 
 
 def summarize(problems: Sequence[str]) -> list[str]:

@@ -89,6 +89,10 @@ def install(app: FastAPI, settings: Settings) -> None:
     keys = api_keys(settings)
     if keys:
         open_paths = ALWAYS_OPEN | ({"/metrics"} if settings.metrics_open else set())
+        if settings.playground:  # the page itself (no data): a browser cannot send a key before it has the page
+            from extractor.server.playground import PATHS
+
+            open_paths |= PATHS
         app.add_middleware(ApiKeyGate, keys=keys, open_paths=frozenset(open_paths))
         _document(app, open_paths)
     origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 from contextlib import AbstractContextManager, asynccontextmanager
@@ -15,12 +16,13 @@ from starlette.types import Scope
 
 from extractor.api import Extractor
 from extractor.errors import ExtractorError
-from extractor.server import access, openai, playground
+from extractor.server import access, openai, playground, review
 from extractor.server.errors import NOT_FOUND_MESSAGE, error_response
 from extractor.server.middleware import METRICS_LABELS, HttpGate
 from extractor.server.openai.routes import ROUTE_LABEL as OPENAI_ROUTE
 from extractor.server.protocol import ErrorOut
 from extractor.server.reloading import CatalogReloader
+from extractor.server.reviewing import ReviewDesk
 from extractor.server.routes import router
 from extractor.server.service import Service
 from extractor.server.strict_json import StrictJsonGate
@@ -41,18 +43,21 @@ def create_app(
     engine-bound request starts it and waits. With ``close_engine``, the engine is closed when
     the app shuts down (after uvicorn has drained the requests in flight). With ``watch``, the
     catalog reloads when its files change (SIGHUP and ``POST /tasks/reload`` reload it always).
+    The review queue's database is migrated when the app starts (without a lifespan: on first use).
     """
     service = Service(extractor)
     reloader = CatalogReloader(extractor, service.metrics)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await asyncio.to_thread(service.review.open)  # a database that cannot be reached stops the start
         if start_engine:
             service.begin_start()
         reloader.start(watch=watch)
         yield
         await reloader.stop()
         await service.stop()
+        service.review.close()
         if close_engine:
             await extractor.aclose()
 
@@ -60,7 +65,9 @@ def create_app(
     app.state.extractor = extractor
     app.state.service = service
     app.state.reloader = reloader
+    app.state.review = ReviewDesk(service, reloader)
     app.include_router(router)
+    app.include_router(review.router)
     openai.install(app, service)
     if extractor.settings.playground:
         app.include_router(playground.router)
@@ -101,7 +108,9 @@ def create_app(
         detail: Any = [{"loc": loc.split("."), "msg": msg} for loc, msg in problems]
         listed = "; ".join(f"{loc}: {msg}" for loc, msg in problems[:3])
         message = f"the request body is invalid: {listed}"
-        if "json" not in request.headers.get("content-type", ""):
+        if not any(loc.startswith("body") for loc, _ in problems):  # a query or path parameter
+            message = f"the request is invalid: {listed}"
+        elif "json" not in request.headers.get("content-type", ""):
             message = "the request body must be JSON, sent with `content-type: application/json`"
         body = ErrorOut(error="bad_request", message=message, detail=detail)
         return JSONResponse(status_code=422, content=body.model_dump(mode="json", exclude_none=True))

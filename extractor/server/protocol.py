@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
@@ -21,6 +22,7 @@ def _integral(value: Any) -> Any:
 Integer = Annotated[int, BeforeValidator(_integral)]
 AttemptCount = Annotated[int, Field(ge=1, le=3), BeforeValidator(_integral)]
 TokenCount = Annotated[int, Field(ge=1, le=8192), BeforeValidator(_integral)]
+ItemVersion = Annotated[int, Field(ge=1), BeforeValidator(_integral)]
 # A JSON array is the wire form of a tuple (strict mode alone takes tuples only); its items stay strict.
 Turn = Annotated[tuple[str, str], BeforeValidator(lambda v: tuple(v) if isinstance(v, list) else v)]
 
@@ -49,6 +51,19 @@ class ExtractRequest(BaseModel):
 
     text: str = Field(min_length=1, description="the text to extract from")
     options: ExtractOptions = Field(default_factory=ExtractOptions)
+    review: bool = Field(
+        default=False,
+        description="send the result to the review queue whatever its confidence (the task's "
+        "`x-extractor.review.below` sends the results under it either way)",
+    )
+
+
+class ExtractOut(ExtractionResult):
+    """Body of ``POST /extract/{task}``: the result, and its review item when it was sent to review."""
+
+    review_id: int | None = Field(
+        default=None, description="the review queue item holding this result (GET /review/{id}); null: not queued"
+    )
 
 
 class BatchItem(BaseModel):
@@ -67,6 +82,7 @@ class BatchRequest(BaseModel):
 
     items: list[BatchItem] = Field(min_length=1)
     options: ExtractOptions = Field(default_factory=ExtractOptions)
+    review: bool = Field(default=False, description="send every item's result to the review queue")
 
 
 class FieldOut(BaseModel):
@@ -165,6 +181,7 @@ class BatchItemOut(BaseModel):
     status: int = Field(description="the status code this item alone would have had")
     result: ExtractionResult | None = None
     error: ErrorOut | None = None
+    review_id: int | None = Field(default=None, description="the review queue item holding the result, if queued")
 
 
 class BatchOut(BaseModel):
@@ -199,3 +216,61 @@ class ChatResponse(BaseModel):
     """Body of a non-streamed ``POST /chat``; each streamed chunk has this shape too."""
 
     text: str
+
+
+ReviewStatus = Literal["pending", "accepted", "corrected", "rejected"]
+
+
+class ReviewItemOut(BaseModel):
+    """One item of the review queue."""
+
+    id: int
+    task: str
+    task_version: str = Field(description="the version of the task that produced the result")
+    text: str
+    result: dict[str, Any] = Field(description="the extraction result as it was returned (POST /extract/{task})")
+    confidence: float | None = Field(description="the result's lowest value confidence (null: none given)")
+    status: ReviewStatus
+    corrected: Any = Field(default=None, description="the corrected data (null unless corrected)")
+    reviewer: str | None = Field(description="who decided: the X-Reviewer header, else the API key's fingerprint")
+    created_at: datetime
+    reviewed_at: datetime | None
+    version: int = Field(description="changes of the item so far; a decision may name the version it was made on")
+
+
+class ReviewPageOut(BaseModel):
+    """Body of ``GET /review``."""
+
+    items: list[ReviewItemOut]
+    next_cursor: str | None = Field(description="pass as `cursor` for the next page; null: no more items")
+
+
+class DecisionRequest(BaseModel):
+    """Body of ``POST /review/{id}/accept`` and ``/reject`` (optional)."""
+
+    model_config = STRICT
+
+    version: ItemVersion | None = Field(
+        default=None, description="the item's version the decision was made on: 409 if it changed since"
+    )
+
+
+class CorrectionRequest(DecisionRequest):
+    """Body of ``POST /review/{id}/correct``."""
+
+    data: Any = Field(description="the right answer, as the task's schema describes it (as `data` of a result)")
+
+
+class PoolWriteOut(BaseModel):
+    """Where an accepted or corrected item went: a line of the task's example pool."""
+
+    file: str = Field(description="the pool file, relative to the catalog root")
+    line_id: str = Field(description="the line's id in the pool")
+    task_version: str = Field(description="the task's version once the catalog reloaded with the line")
+
+
+class DecisionOut(ReviewItemOut):
+    """Body of a decision: the item as decided, and the pool line it became (accepted or corrected)."""
+
+    pool: PoolWriteOut | None = None
+    note: str | None = Field(default=None, description="why an accepted or corrected item did not go to the pool")

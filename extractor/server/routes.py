@@ -24,6 +24,7 @@ from extractor.server.protocol import (
     ChatRequest,
     ChatResponse,
     ErrorOut,
+    ExtractOut,
     ExtractRequest,
     FieldOut,
     PromptOut,
@@ -54,7 +55,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         (422, "bad body, or no valid result after every attempt"),
         (429, "over the admission limit (see Retry-After)"),
         (502, "the remote engine's servers failed on every try"),
-        (503, "engine not ready"),
+        (503, "engine not ready, or the review queue's database unavailable (a result sent to review)"),
         (504, "past the per-request timeout"),
     ]
 }
@@ -65,23 +66,25 @@ def _service(request: Request) -> Service:
     return service
 
 
-@router.post("/extract/{task}", response_model=ExtractionResult, responses=_ERRORS)
+@router.post("/extract/{task}", response_model=ExtractOut, responses=_ERRORS)
 async def extract(task: str, body: ExtractRequest, request: Request) -> Any:
-    """Extract ``task`` from ``body.text``."""
-    return await _service(request).extract(task, body.text, body.options)
+    """Extract ``task`` from ``body.text`` (sent to the review queue when asked, or under the task's threshold)."""
+    done = await _service(request).extract(task, body.text, body.options, review=body.review)
+    fields = {name: getattr(done.result, name) for name in ExtractionResult.model_fields}
+    return ExtractOut.model_construct(**fields, review_id=done.review_id)
 
 
 @router.post("/extract/{task}/batch", response_model=BatchOut, responses=_ERRORS)
 async def extract_batch(task: str, body: BatchRequest, request: Request) -> BatchOut:
     """Extract ``task`` from each item: one result or one error record per item, in order."""
-    outcomes = await _service(request).extract_batch(task, body.items, body.options)
+    outcomes = await _service(request).extract_batch(task, body.items, body.options, review=body.review)
     results = []
     for item, outcome in zip(body.items, outcomes, strict=True):
         if isinstance(outcome, ExtractorError):
             status, error = error_body(outcome)
             results.append(BatchItemOut(id=item.id, status=status, error=error))
         else:
-            results.append(BatchItemOut(id=item.id, status=200, result=outcome))
+            results.append(BatchItemOut(id=item.id, status=200, result=outcome.result, review_id=outcome.review_id))
     return BatchOut(results=results)
 
 

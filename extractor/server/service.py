@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
+from dataclasses import dataclass
 from typing import Any
 
 import jinja2
@@ -28,6 +29,7 @@ from extractor.errors import (
 )
 from extractor.pipeline import Options
 from extractor.results import ExtractionResult
+from extractor.review.store import ReviewStore
 from extractor.server import chat
 from extractor.server.admission import Admission, Ticket
 from extractor.server.metrics import Metrics
@@ -39,12 +41,33 @@ CANARY = GenerationRequest(messages=[{"role": "user", "content": "ping"}], tempe
 _CANARY_TIMEOUT_S = 30.0
 
 
+@dataclass(frozen=True)
+class Extracted:
+    """A result, and the review queue item it was stored as (None: not sent to review)."""
+
+    result: ExtractionResult
+    review_id: int | None = None
+
+
+def needs_review(task: Task, result: ExtractionResult, *, requested: bool) -> bool:
+    """Whether a result goes to the review queue: asked for, or less confident than the task's threshold.
+
+    A result without a confidence (the engine gave no token probabilities) is sent only when asked for.
+    """
+    if requested:
+        return True
+    threshold = task.settings.review
+    return threshold is not None and result.confidence is not None and result.confidence < threshold.below
+
+
 class Service:
     """One extractor behind the HTTP routes."""
 
-    def __init__(self, extractor: Extractor) -> None:
+    def __init__(self, extractor: Extractor, *, review: ReviewStore | None = None) -> None:
         self.extractor = extractor
         self.settings = extractor.settings
+        # The review queue (nothing connects before its first use or the app's start).
+        self.review = review if review is not None else ReviewStore.from_settings(self.settings)
         self.admission = Admission(max_in_flight=self.settings.max_in_flight, max_queued=self.settings.max_queued)
         self.metrics = Metrics(self.admission)
         self.draining = False
@@ -229,21 +252,41 @@ class Service:
             "its engine work was aborted"
         )
 
-    async def extract(self, task: str, text: str, options: ExtractOptions) -> ExtractionResult:
+    async def extract(self, task: str, text: str, options: ExtractOptions, *, review: bool = False) -> Extracted:
         """One extraction: 404, 413, 503, 429 in that order, then the pipeline under the deadline.
 
-        (Over HTTP, :meth:`refusal` may answer 503 or 429 before the body is even read.)
+        (Over HTTP, :meth:`refusal` may answer 503 or 429 before the body is even read.) Once the
+        pipeline has returned, the result is stored in the review queue when :func:`needs_review`
+        says so (``review``: asked for by the request); a queue that cannot store it is a 503.
         """
         spec = self.task(task)  # the version this request runs, whatever reloads meanwhile
         self._check_text(text)
         await self._accepting()
         with self.admission.admit(1):
-            return await self._run(spec, text, options, deadline=self._deadline())
+            result = await self._run(spec, text, options, deadline=self._deadline())
+        return Extracted(result, await self._queue(spec, text, result, requested=review))
+
+    async def _queue(self, task: Task, text: str, result: ExtractionResult, *, requested: bool) -> int | None:
+        """Store ``result`` in the review queue when it needs review; its item's id, else None."""
+        if not needs_review(task, result, requested=requested):
+            return None
+        item = await asyncio.to_thread(
+            self.review.add,
+            task=task.name,
+            task_version=result.task_version,
+            text=text,
+            result=result.model_dump(mode="json"),
+            confidence=result.confidence,
+        )
+        return item.id
 
     async def extract_batch(
-        self, task: str, items: Sequence[BatchItem], options: ExtractOptions
-    ) -> list[ExtractionResult | ExtractorError]:
-        """One result or one error per item, in order; the batch is admitted whole (and runs one version)."""
+        self, task: str, items: Sequence[BatchItem], options: ExtractOptions, *, review: bool = False
+    ) -> list[Extracted | ExtractorError]:
+        """One result or one error per item, in order; the batch is admitted whole (and runs one version).
+
+        Each result goes to the review queue as :meth:`extract`'s does (a queue failure is that item's error).
+        """
         spec = self.task(task)
         # A batch is admitted whole, so it can be no larger than the room in flight + queued.
         limit = min(self.settings.max_batch_items, self.admission.capacity)
@@ -255,10 +298,11 @@ class Service:
         await self._accepting()
         deadline = self._deadline()
 
-        async def one(text: str) -> ExtractionResult | ExtractorError:
+        async def one(text: str) -> Extracted | ExtractorError:
             try:
                 self._check_text(text)
-                return await self._run(spec, text, options, deadline=deadline)
+                result = await self._run(spec, text, options, deadline=deadline)
+                return Extracted(result, await self._queue(spec, text, result, requested=review))
             except ExtractorError as error:
                 return error
 

@@ -105,6 +105,14 @@ def split(items: Sequence[Sample], *, held_out: float, seed: int) -> tuple[list[
     return order[: len(order) - n], order[len(order) - n :]
 
 
+def lines_by_task(items: Sequence[Sample]) -> dict[str, list[int]]:
+    """The pool line numbers of ``items``, per task (the manifest's record of what training held out)."""
+    found: dict[str, list[int]] = {}
+    for item in items:
+        found.setdefault(item.task, []).append(item.line)
+    return {task: sorted(lines) for task, lines in found.items()}
+
+
 def digest(items: Sequence[Sample]) -> str:
     """SHA-256 of the training chats and answers, in order: the manifest's data hash."""
     h = hashlib.sha256()

@@ -8,6 +8,7 @@
   const PALETTE = 8;
   const POLL_MS = 1000;
   const RETRY_S = 5;
+  const KEY_STORAGE = "extractor.apiKey";
   const $ = (id) => document.getElementById(id);
   const state = { tasks: [], detail: null, result: null, selected: null, hidden: new Set(), timer: null };
 
@@ -44,8 +45,15 @@
     return "c" + ((index < 0 ? names.length : index) % PALETTE);
   }
 
+  // The API key (when the service needs one) is kept for this tab only and sent with every request.
+  function apiKey() {
+    return sessionStorage.getItem(KEY_STORAGE) || "";
+  }
+
   async function api(path, options) {
-    const response = await fetch(path, options);
+    const headers = { ...((options && options.headers) || {}) };
+    if (apiKey()) headers.authorization = `Bearer ${apiKey()}`;
+    const response = await fetch(path, { ...(options || {}), headers });
     let body = null;
     try {
       body = await response.json();
@@ -146,6 +154,7 @@
     if (temperature !== "") options.temperature = Number(temperature);
     const body = { text: $("text").value };
     if (Object.keys(options).length) body.options = options;
+    if ($("opt-review").checked) body.review = true;
     return body;
   }
 
@@ -175,7 +184,8 @@
     $("run").disabled = false;
     const { response, body: out } = answer;
     if (response.ok) {
-      setStatus(`done: ${out.latency_ms.toFixed(0)} ms`, "ok");
+      const queued = out.review_id ? ` · in the review queue as #${out.review_id}` : "";
+      setStatus(`done: ${out.latency_ms.toFixed(0)} ms${queued}`, "ok");
       showResult(out, body.text);
       return;
     }
@@ -259,9 +269,8 @@
   }
 
   // Highlights: spans sorted by start (longest first); a span inside another nests in its mark,
-  // a span crossing another's edge cannot be one mark and is listed apart.
-  function showText(text, spans) {
-    const chars = Array.from(text);
+  // a span crossing another's edge cannot be one mark and is listed apart (`crossing`).
+  function layout(chars, spans) {
     const placed = spans
       .filter((s) => s.start !== null && s.end !== null && s.status !== "missing" && s.end > s.start && s.end <= chars.length)
       .sort((a, b) => a.start - b.start || b.end - a.end);
@@ -279,21 +288,27 @@
       parent.children.push(node);
       stack.push(node);
     }
-    const view = $("highlighted");
-    view.append(render(chars, root));
-    state.crossing = crossing;
+    return { root, crossing };
   }
 
-  function render(chars, node) {
-    const out = node.span ? mark(node.span) : document.createDocumentFragment();
+  // The text as nodes: plain text, and one element made by `makeMark(span)` around each placed span.
+  function render(chars, node, makeMark) {
+    const out = node.span ? makeMark(node.span) : document.createDocumentFragment();
     let at = node.start;
     for (const child of node.children) {
       if (child.start > at) out.append(chars.slice(at, child.start).join(""));
-      out.append(render(chars, child));
+      out.append(render(chars, child, makeMark));
       at = child.end;
     }
     if (node.end > at) out.append(chars.slice(at, node.end).join(""));
     return out;
+  }
+
+  function showText(text, spans) {
+    const chars = Array.from(text);
+    const { root, crossing } = layout(chars, spans);
+    $("highlighted").append(render(chars, root, mark));
+    state.crossing = crossing;
   }
 
   function mark(span) {
@@ -451,7 +466,35 @@
     await loadTasks();
   }
 
+  // -- views -----------------------------------------------------------------------------
+
+  // Two views, Extract and Review; the address's #review opens the second (so a reload keeps it).
+  function showView() {
+    const view = location.hash === "#review" ? "review" : "extract";
+    for (const name of ["extract", "review"]) {
+      $(`${name}-view`).hidden = name !== view;
+      $(`tab-${name}`).setAttribute("aria-selected", String(name === view));
+    }
+    document.dispatchEvent(new CustomEvent("playground:view", { detail: view }));
+  }
+
   function init() {
+    $("tab-extract").addEventListener("click", () => {
+      history.replaceState(null, "", location.pathname + location.search);
+      showView();
+    });
+    $("tab-review").addEventListener("click", () => {
+      location.hash = "review";
+    });
+    window.addEventListener("hashchange", showView);
+    $("api-key").value = apiKey();
+    $("api-key").addEventListener("change", () => {
+      const key = $("api-key").value.trim();
+      if (key) sessionStorage.setItem(KEY_STORAGE, key);
+      else sessionStorage.removeItem(KEY_STORAGE);
+      loadTasks();
+      document.dispatchEvent(new CustomEvent("playground:key"));
+    });
     $("task").addEventListener("change", () => loadTask($("task").value, true));
     $("example").addEventListener("change", () => {
       const example = (state.detail.example_texts || [])[Number($("example").value)];
@@ -476,7 +519,11 @@
       }
     });
     setInterval(loadTasks, POLL_MS);  // a catalog edited on disk shows up without a page reload
+    showView();
   }
+
+  // What the Review tab (review.js) shares with this view.
+  window.Playground = Object.freeze({ el, clear, api, pointer, layout, render });
 
   document.addEventListener("DOMContentLoaded", init);
 })();

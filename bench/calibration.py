@@ -1,0 +1,264 @@
+"""Confidences you can act on: calibration and the catch rate on SNIPS dev and CLUENER dev.
+
+For each suite, in one engine:
+
+1. calibrate every task as ``extractor calibrate`` does (:mod:`extractor.review.fitting`): served
+   from its pool (``--serving off``), the pool cross-fitted; served with an adapter, the lines its
+   training held out (``--train`` trains one first, holding out ``--held-out`` of the pool);
+2. score the dev set with ``extractor eval``'s code, the raw confidences, then each mapped
+   through its task's calibration exactly as the pipeline maps it;
+3. write a row to ``bench/results/raw/calibration.json`` and render ``bench/results/calibration.md``
+   and a reliability plot per suite and serving (``reliability_<suite>_<serving>.png``).
+
+Nothing of CLUENER (data or weights) is written into the project: catalogs and adapters live in
+a temporary folder.
+
+    flock /tmp/extractor-engine.lock .venv/bin/python -m bench.calibration --suite snips --serving off
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.common import GOLD, RESULTS, ROOT, SNIPS_TASKS, machine
+from extractor import Catalog, Extractor, Settings
+from extractor.evaluation import evaluate
+from extractor.gold import GoldItem, load_gold, select, task_map
+from extractor.models import resolve_model_dir
+from extractor.review import calibration, fitting
+from extractor.tasks import Task, calibration_path
+from extractor.training import data, manifest, trainer
+from extractor.training.recipe import recipe
+
+RAW = RESULTS / "raw" / "calibration.json"
+SNIPS = list(SNIPS_TASKS)
+
+
+def snips_catalog(folder: Path, *, adapter: bool) -> list[str]:
+    """The shipped SNIPS tasks with their pools; with ``adapter``, pointing at ``adapters/snips`` (trained here)."""
+    for sub in ("schemas", "prompts", "examples"):
+        (folder / sub).mkdir(parents=True, exist_ok=True)
+    for name in SNIPS:
+        shutil.copy(ROOT / "prompts" / f"{name}.j2", folder / "prompts")
+        shutil.copy(ROOT / "examples" / f"{name}.jsonl", folder / "examples")
+        schema = json.loads((ROOT / "schemas" / f"{name}.json").read_text(encoding="utf-8"))
+        schema["x-extractor"]["adapter"] = "adapters/snips" if adapter else False
+        (folder / "schemas" / f"{name}.json").write_text(json.dumps(schema), encoding="utf-8")
+    return SNIPS
+
+
+def cluener_catalog(folder: Path) -> list[str]:
+    from bench.new_task import TASK, catalog
+
+    catalog(folder, None)
+    return [TASK]
+
+
+def dev_items(suite: str, known: Sequence[str], limit: int | None) -> list[GoldItem]:
+    if suite == "snips":
+        items = load_gold(GOLD, task=None, known=known, task_field="intent", mapping=task_map("snips"))
+    else:
+        from bench.new_task import CLUENER
+
+        items = load_gold(CLUENER / "dev.jsonl", task=known[0], known=known)
+    return select(items, limit=limit)
+
+
+def train(folder: Path, names: list[str], args: argparse.Namespace, exclude: Sequence[str]) -> dict[str, Any]:
+    """One adapter for ``names`` on their pools, ``--held-out`` of the lines kept out (and listed in its manifest)."""
+    catalog = Catalog.load(folder)
+    tasks = [catalog.get(n) for n in names]
+    samples: list[data.Sample] = []
+    for task in tasks:
+        samples += data.samples(task, exclude=exclude)[0]
+    train_set, held_out = data.split(samples, held_out=args.held_out, seed=0)
+    plan = recipe(len(train_set), epochs=args.epochs, rank=args.rank)
+    config = plan.config(learning_rate=args.learning_rate, batch_size=args.batch_size)
+    out = folder / "adapters" / ("snips" if len(names) > 1 else names[0])
+    model_dir = resolve_model_dir(Settings.from_env())
+    report = trainer.train(model_dir, train_set, held_out, out, config)
+    manifest.write(
+        out,
+        model_dir=model_dir,
+        tasks=tasks,
+        data_hash=data.digest(train_set),
+        config={"epochs": plan.epochs, "rank": plan.rank, "samples": len(train_set)}
+        | {"held_out_lines": data.lines_by_task(held_out)},
+        metrics=report.as_dict(),
+    )
+    return {"train": {"samples": len(train_set), "held_out": len(held_out), "seconds": report.seconds}}
+
+
+async def run(folder: Path, names: list[str], suite: str, args: argparse.Namespace, serving: str) -> dict[str, Any]:
+    settings = Settings.from_env(tasks_dir=folder, adapter_serving=serving, kv_cache_space_gib=2)
+    extractor = Extractor(settings=settings, tasks=names)
+    await extractor.astart()
+    try:
+        fitted: dict[str, calibration.Calibration] = {}
+        started = time.perf_counter()
+
+        async def calibrate(task: Task) -> None:
+            if task.adapter is not None:
+                cases = fitting.example_cases(task, fitting.held_out_examples(task))
+                source = "held-out pool lines"
+            else:
+                cases = fitting.pool_cases(task, lines=args.lines, folds=5, seed=0)
+                source = "pool, 5-fold cross-fitted"
+            pairs = await fitting.collect(extractor.arun, cases, concurrency=args.concurrency)
+            fitted[task.name] = fitting.fit(pairs, task=task, model=extractor.engine.model_name, source=source)
+            calibration.save(fitted[task.name], calibration_path(folder, task.name))
+
+        from extractor import pipeline
+
+        await asyncio.gather(*(calibrate(pipeline.served(extractor.task(n), settings)) for n in names))
+        calibrate_s = time.perf_counter() - started
+        items = dev_items(suite, names, args.dev_limit)
+        report, predictions = await evaluate(extractor, items, concurrency=args.concurrency)
+    finally:
+        await extractor.aclose()
+    raw: list[tuple[float, bool]] = []
+    mapped: list[tuple[float, bool]] = []
+    for p in predictions:
+        for c, ok in p.scored:
+            raw.append((c, ok))
+            mapped.append((fitted[p.item.task](c), ok))
+    summaries = {name: _summary(pairs) for name, pairs in (("raw", raw), ("calibrated", mapped))}
+    return {
+        "suite": suite,
+        "serving": serving,
+        "docs": report["docs"],
+        "f1": report["f1"],
+        "docs_per_s": report["docs_per_s"],
+        "calibration_values": {n: c.values for n, c in fitted.items()},
+        "calibrate_s": calibrate_s,
+        **summaries,
+    }
+
+
+def _summary(pairs: list[tuple[float, bool]]) -> dict[str, Any]:
+    conf, ok = [c for c, _ in pairs], [o for _, o in pairs]
+    return {
+        **calibration.summary(conf, ok),
+        "catch_10": calibration.catch_rate(conf, ok, share=0.1),
+        "catch_30": calibration.catch_rate(conf, ok, share=0.3),
+        "reliability": calibration.reliability(conf, ok),
+    }
+
+
+def _plot(path: Path, row: dict[str, Any]) -> None:
+    """Reliability diagrams, raw and calibrated, from the row's bins (the GPU host has no matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 4))
+    for ax, name in zip(axes, ("raw", "calibrated"), strict=True):
+        scores, bins = row[name], row[name]["reliability"]
+        ax.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1)
+        ax.bar([b[0] + 0.05 for b in bins], [b[2] for b in bins], width=0.09, alpha=0.6, label="accuracy")
+        ax.plot([b[1] for b in bins], [b[2] for b in bins], marker="o", color="C3", label="mean conf. vs acc.")
+        for b in bins:
+            ax.annotate(str(b[3]), (b[0] + 0.05, b[2]), ha="center", va="bottom", fontsize=7)
+        ax.set_title(f"{name}: ECE {scores['ece']:.3f}, catch@20% {scores['catch_rate']:.0%}", fontsize=10)
+        ax.set_xlabel("confidence")
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1.05)
+    axes[0].set_ylabel("share of values right")
+    axes[0].legend(loc="upper left", fontsize=8)
+    fig.suptitle(f"{row['suite']} dev ({row['docs']} texts), adapter serving {row['serving']}, F1 {row['f1']:.3f}")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def render(rows: list[dict[str, Any]]) -> Path:
+    header = (
+        "| suite | serving | machine | dev docs | F1 | values | wrong | ECE raw | ECE calibrated | catch@20% "
+        "(ceiling) | catch@10% / 30% | AUROC | plot |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+    )
+    lines = []
+    for r in rows:
+        kind = "gpu" if r["machine"].get("gpu") else "cpu"
+        plot = RESULTS / f"reliability_{r['suite']}_{r['serving']}_{kind}.png"
+        _plot(plot, r)
+        c, raw = r["calibrated"], r["raw"]
+        where = r["machine"].get("gpu") or r["machine"].get("cpu", "cpu")
+        auroc = f"{c['auroc']:.3f}" if c["auroc"] is not None else "n/a"
+        lines.append(
+            f"| {r['suite']} | {r['serving']} | {where} | {r['docs']} | {r['f1']:.3f} | {c['values']} | {c['wrong']} | "
+            f"{raw['ece']:.3f} | **{c['ece']:.3f}** | **{c['catch_rate']:.1%}** ({c['catch_ceiling']:.0%}) | "
+            f"{c['catch_10']:.1%} / {c['catch_30']:.1%} | {auroc} | [png]({plot.name}) |"
+        )
+    out = RESULTS / "calibration.md"
+    out.write_text(
+        "# Confidence: calibration and the catch rate (`python -m bench.calibration`)\n\n"
+        "Each task calibrated on its own pool (cross-fitted; with an adapter, the lines its training held out), "
+        "then scored on the dev set. ECE: expected calibration error over 10 equal-width bins. catch@20%: the "
+        "share of the wrong values among the least confident 20 % of values (ceiling: what 20 % of the values "
+        "can hold at most, when more than 20 % are wrong). AUROC: the chance a right value is more confident "
+        "than a wrong one.\n\n" + header + "\n".join(lines) + "\n",
+        encoding="utf-8",
+    )
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--suite", choices=["snips", "cluener"], required=True)
+    parser.add_argument("--serving", default="off", help="adapter serving: off (retrieval) or merged/lora (--train)")
+    parser.add_argument("--train", action="store_true", help="train the adapter first, holding out --held-out")
+    parser.add_argument("--held-out", type=float, default=0.1)
+    parser.add_argument("--lines", type=int, default=400, help="pool lines per task to calibrate on (retrieval)")
+    parser.add_argument("--dev-limit", type=int)
+    parser.add_argument("--epochs", type=float)
+    parser.add_argument("--rank", type=int)
+    parser.add_argument("--learning-rate", type=float, default=2e-4)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--raw", type=Path, default=RAW)
+    parser.add_argument("--render", action="store_true", help="only render the table and plots from --raw")
+    args = parser.parse_args()
+    if args.render:
+        print(render(json.loads(args.raw.read_text(encoding="utf-8"))))
+        return
+    adapter = args.serving != "off"
+    with tempfile.TemporaryDirectory(prefix="extractor-calibration-") as tmp:
+        folder = Path(tmp)
+        names = snips_catalog(folder, adapter=adapter) if args.suite == "snips" else cluener_catalog(folder)
+        row: dict[str, Any] = {}
+        if adapter:
+            if not args.train:
+                raise SystemExit("--serving with an adapter needs --train (an adapter that lists held-out lines)")
+            gold = GOLD if args.suite == "snips" else __import__("bench.new_task").new_task.CLUENER / "dev.jsonl"
+            row |= train(folder, names, args, data.gold_texts([Path(gold)]))
+            if args.suite == "cluener":
+                schema = folder / "schemas" / f"{names[0]}.json"
+                spec = json.loads(schema.read_text(encoding="utf-8"))
+                spec["x-extractor"]["adapter"] = f"adapters/{names[0]}"
+                schema.write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+        row |= asyncio.run(run(folder, names, args.suite, args, args.serving))
+    row["machine"] = machine()
+    brief = {k: v for k, v in row.items() if k not in ("raw", "calibrated", "machine")}
+    print("bench:", json.dumps(brief), json.dumps({k: row[k]["ece"] for k in ("raw", "calibrated")}), flush=True)
+    print("bench: calibrated", json.dumps({k: v for k, v in row["calibrated"].items() if k != "reliability"}))
+    rows = json.loads(args.raw.read_text(encoding="utf-8")) if args.raw.is_file() else []
+    key = (row["suite"], row["serving"], row["machine"].get("gpu"))
+    rows = [r for r in rows if (r["suite"], r["serving"], r["machine"].get("gpu")) != key] + [row]
+    args.raw.parent.mkdir(parents=True, exist_ok=True)
+    args.raw.write_text(json.dumps(rows, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    if args.raw == RAW:
+        print(render(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,208 @@
+"""From the model's probability to how often a value is right: fitting, storing, scoring.
+
+A raw confidence (:mod:`extractor.review.confidence`) ranks values well but is not a frequency:
+a small model is often sure and wrong. :func:`fit` learns a monotone map from raw confidence to
+the share of values that were right (isotonic regression, scipy's), on values whose answers
+are known: the task's own pool, each line extracted without seeing itself (``extractor
+calibrate``). The map is stored as ``calibration/<task>.json`` beside the task's schema and
+applied to every result (``calibrated: true``).
+
+Scores: :func:`ece` (expected calibration error over equal-width bins), :func:`catch_rate`
+(the share of the wrong values found when the least confident share of values is reviewed)
+and :func:`reliability` (the plot's points).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import json
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from extractor.errors import ConfigError
+from extractor.metrics import normalize
+
+FORMAT = 1
+BINS = 10
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A monotone, piecewise-linear map from raw confidence to the chance of being right.
+
+    ``points`` are ``(raw, calibrated)`` pairs with ``raw`` increasing; between them the map is
+    linear, beyond them flat. ``adapter`` says whether it was fitted on the task served with its
+    adapter: the map applies to that serving only.
+    """
+
+    points: tuple[tuple[float, float], ...]
+    values: int = 0
+    adapter: bool = False
+    model: str = ""
+    task_version: str = ""
+    scores: dict[str, Any] = field(default_factory=dict)
+
+    def __call__(self, raw: float) -> float:
+        xs = [p[0] for p in self.points]
+        i = bisect.bisect_left(xs, raw)
+        if i == 0:
+            return self.points[0][1]
+        if i == len(xs):
+            return self.points[-1][1]
+        (x0, y0), (x1, y1) = self.points[i - 1], self.points[i]
+        return y0 if x1 == x0 else y0 + (y1 - y0) * (raw - x0) / (x1 - x0)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "method": "isotonic",
+            "values": self.values,
+            "adapter": self.adapter,
+            "model": self.model,
+            "task_version": self.task_version,
+            "scores": self.scores,
+            "points": [list(p) for p in self.points],
+        }
+
+
+def fit(raw: Sequence[float], correct: Sequence[bool], **about: Any) -> Calibration:
+    """The isotonic map from ``raw`` confidences to being ``correct``; ``about``: the stored facts."""
+    if len(raw) != len(correct) or not raw:
+        raise ValueError("calibration needs at least one value, and a label for each")
+    from scipy.optimize import isotonic_regression  # type: ignore[import-untyped]
+
+    tally: dict[float, list[float]] = {}
+    for x, ok in zip(raw, correct, strict=True):
+        slot = tally.setdefault(float(x), [0.0, 0.0])
+        slot[0] += 1.0 if ok else 0.0
+        slot[1] += 1.0
+    xs = sorted(tally)  # equal raw values pooled: one point each, weighted by how many
+    fitted = isotonic_regression([tally[x][0] / tally[x][1] for x in xs], weights=[tally[x][1] for x in xs]).x
+    # Each block of equal fitted values keeps its two ends: a flat step between them, a ramp to the next.
+    points: list[tuple[float, float]] = []
+    for x, y in zip(xs, (min(1.0, max(0.0, float(v))) for v in fitted), strict=True):
+        if len(points) >= 2 and points[-1][1] == y and points[-2][1] == y:
+            points[-1] = (x, y)
+        else:
+            points.append((x, y))
+    return Calibration(points=tuple(points), values=len(raw), **about)
+
+
+def save(calibration: Calibration, path: Path) -> None:
+    """Write the map as JSON (atomically)."""
+    from extractor.journal import write_atomic
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, json.dumps(calibration.as_dict(), ensure_ascii=False, indent=1) + "\n")
+
+
+def load(path: Path) -> Calibration:
+    """Read a map written by :func:`save`; :class:`ConfigError` naming the file when it is not one."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        points = tuple((float(x), float(y)) for x, y in data["points"])
+        if data.get("format") != FORMAT or not points:
+            raise ValueError(f"format {data.get('format')!r} with {len(points)} points")
+        if any(b[0] < a[0] or not 0.0 <= b[1] <= 1.0 for a, b in itertools.pairwise(points)):
+            raise ValueError("points must rise in raw confidence and stay within 0..1")
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ConfigError(
+            f"{path}: not a calibration written by `extractor calibrate` ({error}); run it again"
+        ) from None
+    return Calibration(
+        points=points,
+        values=int(data.get("values") or 0),
+        adapter=bool(data.get("adapter")),
+        model=str(data.get("model") or ""),
+        task_version=str(data.get("task_version") or ""),
+        scores=dict(data.get("scores") or {}),
+    )
+
+
+def label(expected: Any, predicted: Iterable[tuple[str, Any]]) -> list[bool]:
+    """Whether each predicted ``(field path, value)`` is right: in the gold, in that field, not used up.
+
+    Values compare as :mod:`extractor.metrics` does (normalized, a multiset per document).
+    """
+    from extractor.metrics import leaves
+
+    left = Counter(leaves(expected))
+    marks: list[bool] = []
+    for path, value in predicted:
+        leaf = (path, normalize(value))
+        marks.append(left[leaf] > 0)
+        left[leaf] -= 1
+    return marks
+
+
+def ece(confidences: Sequence[float], correct: Sequence[bool], *, bins: int = BINS) -> float:
+    """Expected calibration error: the mean gap between confidence and accuracy over equal-width bins."""
+    if not confidences:
+        return 0.0
+    gap = 0.0
+    for _, mean, accuracy, count in reliability(confidences, correct, bins=bins):
+        gap += count * abs(mean - accuracy)
+    return gap / len(confidences)
+
+
+def reliability(
+    confidences: Sequence[float], correct: Sequence[bool], *, bins: int = BINS
+) -> list[tuple[float, float, float, int]]:
+    """Per non-empty bin: its lower edge, mean confidence, accuracy and count."""
+    sums: dict[int, list[float]] = {}
+    for c, ok in zip(confidences, correct, strict=True):
+        b = min(bins - 1, max(0, int(c * bins)))
+        slot = sums.setdefault(b, [0.0, 0.0, 0.0])
+        slot[0] += c
+        slot[1] += ok
+        slot[2] += 1
+    return [(b / bins, s[0] / s[2], s[1] / s[2], int(s[2])) for b, s in sorted(sums.items())]
+
+
+def catch_rate(confidences: Sequence[float], correct: Sequence[bool], *, share: float = 0.2) -> float:
+    """The share of wrong values among the least confident ``share`` of all values (1.0 when none is wrong).
+
+    Ties are broken toward the wrong value's disadvantage: the figure is never flattered by order.
+    """
+    wrong = sum(not ok for ok in correct)
+    if not wrong:
+        return 1.0
+    reviewed = math.ceil(share * len(confidences))
+    ranked = sorted(zip(confidences, correct, strict=True), key=lambda p: (p[0], not p[1]))
+    return sum(not ok for _, ok in ranked[:reviewed]) / wrong
+
+
+def summary(confidences: Sequence[float], correct: Sequence[bool], *, share: float = 0.2) -> dict[str, Any]:
+    """What ``extractor eval`` prints: ECE, the catch rate at ``share`` and its ceiling, accuracy, AUROC."""
+    n, wrong = len(confidences), sum(not ok for ok in correct)
+    return {
+        "values": n,
+        "wrong": wrong,
+        "accuracy": (n - wrong) / n if n else 0.0,
+        "mean_confidence": sum(confidences) / n if n else 0.0,
+        "ece": ece(confidences, correct),
+        "review_share": share,
+        "catch_rate": catch_rate(confidences, correct, share=share),
+        # Reviewing a share of the values cannot find more wrong ones than it holds.
+        "catch_ceiling": min(1.0, math.ceil(share * n) / wrong) if wrong else 1.0,
+        "auroc": auroc(confidences, correct),
+    }
+
+
+def auroc(confidences: Sequence[float], correct: Sequence[bool]) -> float | None:
+    """The chance a right value is more confident than a wrong one (ties count half); None without both."""
+    right = sorted(c for c, ok in zip(confidences, correct, strict=True) if ok)
+    wrong = [c for c, ok in zip(confidences, correct, strict=True) if not ok]
+    if not right or not wrong:
+        return None
+    above = 0.0
+    for c in wrong:
+        lower = bisect.bisect_left(right, c)
+        upper = bisect.bisect_right(right, c)
+        above += (len(right) - upper) + 0.5 * (upper - lower)
+    return above / (len(right) * len(wrong))

@@ -1,0 +1,213 @@
+"""Confidences: values located in the raw answer, tokens charged to the value they decide, calibration."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+from extractor import Catalog, Extractor, ScriptedEngine, Settings
+from extractor.config import repo_root
+from extractor.engines.base import GenerationRequest
+from extractor.engines.remote import chat_payload, parse_completion
+from extractor.engines.tokenizer import bytes_ends, load_tokenizer, token_ends
+from extractor.errors import TaskError
+from extractor.models import resolve_model_dir
+from extractor.review import calibration, confidence
+
+
+def test_leaves_are_found_where_they_end_in_any_script_and_with_escaped_keys() -> None:
+    raw = '{"时期": ["摩尔人统治时期", "x"], "a/b": {"n": 1.5, "z": null}, "t": true}'
+    found = confidence.leaves(raw)
+    assert [(f.pointer, f.is_null) for f in found] == [
+        ("/时期/0", False),
+        ("/时期/1", False),
+        ("/a~1b/n", False),
+        ("/a~1b/z", True),
+        ("/t", False),
+    ]
+    ends = ['"摩尔人统治时期"', '"x"', "1.5", "null", "true"]
+    assert all(raw[: f.end].endswith(e) for f, e in zip(found, ends, strict=True))
+    assert confidence.leaves('{"a": "x"} trailing') == [] and confidence.leaves('{"a": ') == []
+    assert [f.pointer for f in confidence.leaves(' [ {"k" : "v"} , 3 ] ')] == ["/0/k", "/1"]
+
+
+def test_each_token_is_charged_to_the_value_it_decides_and_forced_tokens_add_nothing() -> None:
+    raw = '{"city": "Oslo", "when": null, "kind": "rain"}'
+    # tokens: '{"city": "' | 'Os' | 'lo",' | ' "when": null,' | ' "kind": "' | 'rain' | '"}'
+    pieces = ['{"city": "', "Os", 'lo",', ' "when": null,', ' "kind": "', "rain", '"}']
+    ends = [sum(len(p) for p in pieces[: i + 1]) for i in range(len(pieces))]
+    logprobs = [0.0, -0.5, -0.25, -2.0, -0.1, -0.3, -0.7]
+    sums = confidence.value_logprobs(raw, ends, logprobs)
+    # 'lo",' starts inside "Oslo": its closing quote decides where the city ends; the null keeps its own doubt.
+    assert sums == pytest.approx({"/city": -0.75, "/kind": -0.4 - 0.7})
+    assert confidence.raw_confidences(raw, ends, logprobs)["/city"] == pytest.approx(math.exp(-0.75))
+    assert confidence.value_logprobs(raw, ends[:-1], logprobs) == {}  # lengths disagree: no figures
+    assert confidence.lowest({}) == 1.0
+
+
+def test_token_ends_keep_a_character_split_over_byte_tokens_whole() -> None:
+    tokenizer = load_tokenizer(resolve_model_dir(Settings.from_env({})))
+    text = '{"period": "摩尔人统治时期"}'
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    ends = token_ends(tokenizer, ids, text)
+    assert len(ends) == len(ids) and ends[-1] == len(text) and list(ends) == sorted(ends)
+    # every end falls between characters, and decoding up to it gives exactly that prefix
+    for i, end in enumerate(ends):
+        assert tokenizer.decode(ids[: i + 1]).startswith(text[:end])
+    assert bytes_ends(["摩".encode()[:2], "摩".encode()[2:] + b"x"]) == (0, 2)
+
+
+def test_the_remote_engine_asks_for_and_reads_token_logprobs() -> None:
+    assert chat_payload(GenerationRequest(messages=[], logprobs=True), model="m")["logprobs"] is True
+    assert "logprobs" not in chat_payload(GenerationRequest(messages=[]), model="m")
+    tokens = [
+        {"token": '{"a": "', "logprob": 0.0, "bytes": list(b'{"a": "')},
+        {"token": "bytes:\\xe6\\x91", "logprob": -0.5, "bytes": list("摩".encode()[:2])},
+        {"token": "bytes:\\xa9", "logprob": -0.1, "bytes": list("摩".encode()[2:])},
+        {"token": '"}', "logprob": 0.0, "bytes": list(b'"}')},
+    ]
+    body = {"choices": [{"message": {"content": '{"a": "摩"}'}, "logprobs": {"content": tokens}}], "usage": {}}
+    generation = parse_completion(body)
+    assert generation.token_ends == (7, 7, 8, 10) and generation.token_logprobs == (0.0, -0.5, -0.1, 0.0)
+    plain = parse_completion({"choices": [{"message": {"content": "{}"}}]})
+    assert plain.token_ends == () and plain.token_logprobs == ()
+
+
+def catalog_with(root: Path, task: str) -> Path:
+    for folder, suffix in (("schemas", ".json"), ("prompts", ".j2")):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+        shutil.copy(repo_root() / folder / f"{task}{suffix}", root / folder / f"{task}{suffix}")
+    return root
+
+
+def test_results_carry_a_confidence_per_value_and_the_lowest_for_the_whole(tmp_path: Path) -> None:
+    root = catalog_with(tmp_path / "catalog", "landmark_slots")
+    answer = '{"name": "阿尔罕布拉宫", "country": null, "city": "格拉纳达", "category": null, "period": null}'
+
+    def score(text: str, start: int, end: int) -> float:
+        return -1.0 if "格拉" in text[start:end] else 0.0  # unsure of the city only
+
+    engine = ScriptedEngine([answer], token_logprob=score)
+    settings = Settings.from_env({}, home=tmp_path, engine="scripted")
+    extractor = Extractor(settings=settings, engine=engine, catalog=Catalog.load(root))
+    result = extractor.extract("landmark_slots", "阿尔罕布拉宫位于格拉纳达。")
+    assert engine.history[0].logprobs
+    assert result.confidences["/name"] == 1.0 and result.confidences["/city"] < 1.0
+    assert result.confidence == result.confidences["/city"] and not result.calibrated
+    assert {s.path: s.confidence for s in result.spans} == result.confidences
+    wire = json.loads(result.model_dump_json())
+    assert wire["spans"][0]["confidence"] == 1.0 and wire["confidence"] == result.confidence
+
+
+def test_a_calibration_beside_the_task_maps_every_confidence(tmp_path: Path) -> None:
+    root = catalog_with(tmp_path / "catalog", "landmark_slots")
+    fitted = calibration.fit([0.1, 0.2, 0.9, 0.95, 1.0, 1.0], [False, False, True, False, True, True])
+    calibration.save(fitted, root / "calibration" / "landmark_slots.json")
+    assert calibration.load(root / "calibration" / "landmark_slots.json").points == fitted.points
+    answer = '{"name": "阿尔罕布拉宫", "country": null, "city": "格拉纳达", "category": null, "period": null}'
+    engine = ScriptedEngine([answer], token_logprob=-0.01)
+    settings = Settings.from_env({}, home=tmp_path, engine="scripted")
+    extractor = Extractor(settings=settings, engine=engine, catalog=Catalog.load(root))
+    result = extractor.extract("landmark_slots", "阿尔罕布拉宫位于格拉纳达。")
+    assert result.calibrated and set(result.confidences.values()) <= {fitted(x) for x in (0.9, 0.95, 1.0)} | {
+        fitted(math.exp(-0.01 * n)) for n in range(1, 20)
+    }
+    (root / "calibration" / "landmark_slots.json").write_text("{}")
+    catalog = Catalog.load(root)
+    assert "landmark_slots" not in catalog.tasks
+    assert isinstance(catalog.errors[0], TaskError) and "extractor calibrate" in str(catalog.errors[0])
+
+
+def test_calibration_scores() -> None:
+    conf = [0.1, 0.2, 0.3, 0.9, 0.95, 0.99]
+    ok = [False, True, False, True, True, True]
+    assert calibration.catch_rate(conf, ok, share=0.34) == 1.0  # the two least sure of three hold both wrong
+    assert calibration.catch_rate(conf, ok, share=0.17) == 0.5
+    assert calibration.auroc(conf, ok) == 7 / 8  # of 8 (right, wrong) pairs, one has the wrong value above
+    assert calibration.ece([0.75] * 4, [True, True, True, False]) == 0.0
+    assert calibration.ece([1.0, 1.0], [False, False]) == 1.0
+    summary = calibration.summary(conf, ok, share=0.2)
+    assert summary["catch_ceiling"] == 1.0 and summary["wrong"] == 2
+    assert calibration.label({"a": ["x", "y"]}, [("/a", "X "), ("/a", "x"), ("/b", "y")]) == [True, False, False]
+
+
+def weather_catalog(root: Path, lines: int) -> Path:
+    catalog_with(root, "snips_get_weather")
+    (root / "examples").mkdir(exist_ok=True)
+    pool = (repo_root() / "examples" / "snips_get_weather.jsonl").read_text(encoding="utf-8").splitlines()[:lines]
+    (root / "examples" / "snips_get_weather.jsonl").write_text("\n".join(pool) + "\n", encoding="utf-8")
+    schema = root / "schemas" / "snips_get_weather.json"
+    data = json.loads(schema.read_text(encoding="utf-8"))
+    data["x-extractor"].pop("adapter", None)
+    data["x-extractor"]["adapter"] = False  # served from its pool (retrieval): calibrated by cross-fitting
+    schema.write_text(json.dumps(data), encoding="utf-8")
+    return root
+
+
+def test_cross_fitting_never_shows_a_line_its_own_example_and_fits_a_map(tmp_path: Path) -> None:
+    from extractor.review import fitting
+
+    root = weather_catalog(tmp_path / "catalog", 30)
+    task = Catalog.load(root).get("snips_get_weather")
+    cases = fitting.pool_cases(task, lines=20, folds=4, seed=1)
+    assert len(cases) == 20 and len({c.text for c in cases}) == 20
+    for case in cases:
+        assert case.task.pool is not None and not case.task.pool.contains(case.text)
+        assert len(case.task.pool) == 30 - 5 and case.task.calibration is None
+    answers = {c.text: c.expected for c in cases}
+    wrong = {c.text for c in cases[::3]}
+
+    def respond(request: GenerationRequest) -> str:
+        text = next(t for t in answers if t in request.messages[-1]["content"])
+        answer = dict(answers[text])
+        if text in wrong:  # a wrong city, and the model unsure of it
+            answer = {**answer, "city": text.split()[0]}
+        return json.dumps(answer)
+
+    bad = {t.split()[0] for t in wrong}
+
+    def score(text: str, start: int, end: int) -> float:  # unsure over the wrong city's own characters
+        city = json.loads(text).get("city")
+        at = text.find(f'"{city}"', text.find('"city"') + 6) if city in bad else -1
+        return -3.0 if at >= 0 and start < at + len(city) + 2 and end > at else -0.01
+
+    engine = ScriptedEngine(respond=respond, token_logprob=score)
+    settings = Settings.from_env({}, home=tmp_path, engine="scripted")
+    extractor = Extractor(settings=settings, engine=engine, catalog=Catalog.load(root))
+    pairs = asyncio.run(fitting.collect(extractor.arun, cases))
+    fitted = fitting.fit(pairs, task=task, model="scripted", source="test")
+    assert fitted.scores["raw"]["wrong"] >= len(wrong) and fitted.scores["raw"]["auroc"] > 0.8
+    assert fitted.scores["calibrated_in_sample"]["ece"] < 0.05
+    assert fitted(0.01) < 0.5 < fitted(1.0)
+
+
+def test_calibrate_then_eval_through_the_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from extractor.cli import main
+
+    monkeypatch.setenv("EXTRACTOR_HOME", str(tmp_path / "home"))
+    root = weather_catalog(tmp_path / "catalog", 40)
+    common = ["--engine", "scripted", "--tasks-dir", str(root)]
+    assert main(["calibrate", "snips_get_weather", "--lines", "30", "--folds", "3", *common]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["calibration"] == str(root / "calibration" / "snips_get_weather.json")
+    assert out["values"] >= 20 and "30 pool lines" in out["source"] and out["raw"]["ece"] >= 0.0
+    gold = tmp_path / "gold.jsonl"
+    lines = (repo_root() / "examples" / "snips_get_weather.jsonl").read_text(encoding="utf-8").splitlines()[40:50]
+    gold.write_text(
+        "".join(json.dumps({"text": json.loads(x)["text"], "expected": json.loads(x)["output"]}) + "\n" for x in lines)
+    )
+    assert main(["eval", "snips_get_weather", str(gold), *common]) == 0
+    report = capsys.readouterr().out
+    assert "confidence (calibrated)" in report and "ECE" in report and "catches" in report
+    assert main(["eval", "snips_get_weather", str(gold), "--json", *common]) == 0
+    scores = json.loads(capsys.readouterr().out)["calibration"]
+    assert scores["calibrated_docs"] == 10 and 0.0 <= scores["catch_rate"] <= 1.0
+    assert main(["calibrate", "nope", *common]) == 2  # one line naming the unknown task
+    assert "nope" in capsys.readouterr().err
