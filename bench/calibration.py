@@ -42,17 +42,26 @@ RAW = RESULTS / "raw" / "calibration.json"
 SNIPS = list(SNIPS_TASKS)
 
 
-def snips_catalog(folder: Path, *, adapter: bool) -> list[str]:
-    """The shipped SNIPS tasks with their pools; with ``adapter``, pointing at ``adapters/snips`` (trained here)."""
+def snips_catalog(folder: Path) -> list[str]:
+    """The shipped SNIPS tasks with their pools, without their adapter (``--train`` trains one)."""
     for sub in ("schemas", "prompts", "examples"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
     for name in SNIPS:
         shutil.copy(ROOT / "prompts" / f"{name}.j2", folder / "prompts")
         shutil.copy(ROOT / "examples" / f"{name}.jsonl", folder / "examples")
         schema = json.loads((ROOT / "schemas" / f"{name}.json").read_text(encoding="utf-8"))
-        schema["x-extractor"]["adapter"] = "adapters/snips" if adapter else False
+        schema["x-extractor"]["adapter"] = False
         (folder / "schemas" / f"{name}.json").write_text(json.dumps(schema), encoding="utf-8")
     return SNIPS
+
+
+def use_adapter(folder: Path, names: list[str], adapter: str) -> None:
+    """Point each task's schema at the adapter trained here."""
+    for name in names:
+        schema = folder / "schemas" / f"{name}.json"
+        spec = json.loads(schema.read_text(encoding="utf-8"))
+        spec["x-extractor"]["adapter"] = adapter
+        schema.write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
 
 
 def cluener_catalog(folder: Path) -> list[str]:
@@ -80,6 +89,8 @@ def train(folder: Path, names: list[str], args: argparse.Namespace, exclude: Seq
     for task in tasks:
         samples += data.samples(task, exclude=exclude)[0]
     train_set, held_out = data.split(samples, held_out=args.held_out, seed=0)
+    if args.train_limit:  # a dry run of the plumbing: a few steps
+        train_set = train_set[: args.train_limit]
     plan = recipe(len(train_set), epochs=args.epochs, rank=args.rank)
     config = plan.config(learning_rate=args.learning_rate, batch_size=args.batch_size)
     out = folder / "adapters" / ("snips" if len(names) > 1 else names[0])
@@ -103,22 +114,26 @@ async def run(folder: Path, names: list[str], suite: str, args: argparse.Namespa
     await extractor.astart()
     try:
         fitted: dict[str, calibration.Calibration] = {}
+        pairs: dict[str, list[tuple[float, bool]]] = {}
         started = time.perf_counter()
 
-        async def calibrate(task: Task) -> None:
+        async def collect(task: Task) -> None:
             if task.adapter is not None:
                 cases = fitting.example_cases(task, fitting.held_out_examples(task))
-                source = "held-out pool lines"
             else:
                 cases = fitting.pool_cases(task, lines=args.lines, folds=5, seed=0)
-                source = "pool, 5-fold cross-fitted"
-            pairs = await fitting.collect(extractor.arun, cases, concurrency=args.concurrency)
-            fitted[task.name] = fitting.fit(pairs, task=task, model=extractor.engine.model_name, source=source)
-            calibration.save(fitted[task.name], calibration_path(folder, task.name))
+            pairs[task.name] = await fitting.collect(extractor.arun, cases, concurrency=args.concurrency)
 
         from extractor import pipeline
 
-        await asyncio.gather(*(calibrate(pipeline.served(extractor.task(n), settings)) for n in names))
+        served = [pipeline.served(extractor.task(n), settings) for n in names]
+        await asyncio.gather(*(collect(t) for t in served))
+        source = "held-out pool lines" if served[0].adapter is not None else "pool, 5-fold cross-fitted"
+        joint = [p for n in names for p in pairs[n]]
+        for task in served:  # one map for the suite's tasks (one model, one serving), unless --per-task
+            mine = pairs[task.name] if args.per_task else joint
+            fitted[task.name] = fitting.fit(mine, task=task, model=extractor.engine.model_name, source=source)
+            calibration.save(fitted[task.name], calibration_path(folder, task.name))
         calibrate_s = time.perf_counter() - started
         items = dev_items(suite, names, args.dev_limit)
         report, predictions = await evaluate(extractor, items, concurrency=args.concurrency)
@@ -130,14 +145,18 @@ async def run(folder: Path, names: list[str], suite: str, args: argparse.Namespa
         for c, ok in p.scored:
             raw.append((c, ok))
             mapped.append((fitted[p.item.task](c), ok))
-    summaries = {name: _summary(pairs) for name, pairs in (("raw", raw), ("calibrated", mapped))}
+    summaries = {name: _summary(found) for name, found in (("raw", raw), ("calibrated", mapped))}
+    if args.pairs is not None:  # for reading offline: every marked value, fitting and dev
+        dev = [(p.item.task, c, ok) for p in predictions for c, ok in p.scored]
+        args.pairs.write_text(json.dumps({"fit": pairs, "dev": dev}), encoding="utf-8")
     return {
         "suite": suite,
         "serving": serving,
         "docs": report["docs"],
         "f1": report["f1"],
         "docs_per_s": report["docs_per_s"],
-        "calibration_values": {n: c.values for n, c in fitted.items()},
+        "calibration_values": {n: len(found) for n, found in pairs.items()},
+        "calibration_map": "per task" if args.per_task else "one for the suite's tasks",
         "calibrate_s": calibrate_s,
         **summaries,
     }
@@ -218,6 +237,7 @@ def main() -> None:
     parser.add_argument("--serving", default="off", help="adapter serving: off (retrieval) or merged/lora (--train)")
     parser.add_argument("--train", action="store_true", help="train the adapter first, holding out --held-out")
     parser.add_argument("--held-out", type=float, default=0.1)
+    parser.add_argument("--train-limit", type=int, help="train on at most N samples (a dry run)")
     parser.add_argument("--lines", type=int, default=400, help="pool lines per task to calibrate on (retrieval)")
     parser.add_argument("--dev-limit", type=int)
     parser.add_argument("--epochs", type=float)
@@ -226,6 +246,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--raw", type=Path, default=RAW)
+    parser.add_argument("--per-task", action="store_true", help="a map per task (default: one for all)")
+    parser.add_argument("--pairs", type=Path, help="write every marked value (fit and dev) here, for reading")
     parser.add_argument("--render", action="store_true", help="only render the table and plots from --raw")
     args = parser.parse_args()
     if args.render:
@@ -234,18 +256,14 @@ def main() -> None:
     adapter = args.serving != "off"
     with tempfile.TemporaryDirectory(prefix="extractor-calibration-") as tmp:
         folder = Path(tmp)
-        names = snips_catalog(folder, adapter=adapter) if args.suite == "snips" else cluener_catalog(folder)
+        names = snips_catalog(folder) if args.suite == "snips" else cluener_catalog(folder)
         row: dict[str, Any] = {}
         if adapter:
             if not args.train:
                 raise SystemExit("--serving with an adapter needs --train (an adapter that lists held-out lines)")
             gold = GOLD if args.suite == "snips" else __import__("bench.new_task").new_task.CLUENER / "dev.jsonl"
             row |= train(folder, names, args, data.gold_texts([Path(gold)]))
-            if args.suite == "cluener":
-                schema = folder / "schemas" / f"{names[0]}.json"
-                spec = json.loads(schema.read_text(encoding="utf-8"))
-                spec["x-extractor"]["adapter"] = f"adapters/{names[0]}"
-                schema.write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+            use_adapter(folder, names, "adapters/snips" if args.suite == "snips" else f"adapters/{names[0]}")
         row |= asyncio.run(run(folder, names, args.suite, args, args.serving))
     row["machine"] = machine()
     brief = {k: v for k, v in row.items() if k not in ("raw", "calibrated", "machine")}

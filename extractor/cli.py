@@ -475,19 +475,28 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     from extractor.review import calibration, fitting
     from extractor.tasks import calibration_path
 
-    extractor = Extractor(settings=_settings(args), tasks=[args.task])
-    task = pipeline.served(extractor.task(args.task), extractor.settings)
-    if args.gold:
-        items = gold.load_gold(Path(args.gold), task=task.name, known=extractor.catalog.names())
-        cases = fitting.example_cases(task, [Example(i.text, i.expected) for i in items if i.task == task.name])
-        source = f"{len(cases)} lines of {args.gold}"
-    elif task.adapter is not None:
-        cases = fitting.example_cases(task, fitting.held_out_examples(task))
-        source = f"{len(cases)} pool lines held out from the adapter's training"
-    else:
-        cases = fitting.pool_cases(task, lines=args.lines, folds=args.folds, seed=args.seed)
-        source = f"{len(cases)} pool lines, each extracted with a pool lacking its fold ({args.folds} folds)"
-    print(f"calibrate {task.name}: {source}", file=sys.stderr)
+    extractor = Extractor(settings=_settings(args), tasks=args.tasks)
+    tasks = [pipeline.served(extractor.task(name), extractor.settings) for name in args.tasks]
+    if len({t.adapter for t in tasks}) > 1:
+        raise ExtractorError("tasks calibrated together must be served alike (the same adapter, or none)")
+    cases: list[fitting.Case] = []
+    for task in tasks:
+        if args.gold:
+            items = gold.load_gold(Path(args.gold), task=task.name, known=extractor.catalog.names())
+            shown = [Example(i.text, i.expected) for i in items if i.task == task.name]
+            cases += fitting.example_cases(task, shown)
+        elif task.adapter is not None:
+            cases += fitting.example_cases(task, fitting.held_out_examples(task))
+        else:
+            cases += fitting.pool_cases(task, lines=args.lines, folds=args.folds, seed=args.seed)
+    source = (
+        f"{len(cases)} lines of {args.gold}"
+        if args.gold
+        else f"{len(cases)} pool lines held out from the adapter's training"
+        if tasks[0].adapter is not None
+        else f"{len(cases)} pool lines, each extracted with a pool lacking its fold ({args.folds} folds)"
+    )
+    print(f"calibrate {', '.join(args.tasks)}: {source}", file=sys.stderr)
     progress = Progress(label="calibrate", interval_s=args.progress_interval)
 
     async def run() -> list[tuple[float, bool]]:
@@ -506,10 +515,13 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
     with _engine_output_to_stderr():
         pairs = asyncio.run(run())
-    fitted = fitting.fit(pairs, task=task, model=extractor.engine.model_name, source=source)
-    path = calibration_path(extractor.settings.tasks_dir, task.name)
-    calibration.save(fitted, path)
-    _print_json({"calibration": str(path), "values": fitted.values, "points": len(fitted.points), **fitted.scores})
+    written = []
+    for task in tasks:  # several tasks served alike share one map: more values, a steadier fit
+        fitted = fitting.fit(pairs, task=task, model=extractor.engine.model_name, source=source)
+        path = calibration_path(extractor.settings.tasks_dir, task.name)
+        calibration.save(fitted, path)
+        written.append(str(path))
+    _print_json({"calibration": written, "values": fitted.values, "points": len(fitted.points), **fitted.scores})
     return 0
 
 
@@ -672,7 +684,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="fit how a task's confidences map to being right, on labelled texts the model did not see "
         "(calibration/<task>.json)",
     )
-    calibrate.add_argument("task")
+    calibrate.add_argument("tasks", nargs="+", metavar="TASK", help="several tasks served alike share one map")
     calibrate.add_argument("--gold", metavar="GOLD.jsonl", help="labelled texts to fit on (default: the pool)")
     calibrate.add_argument("--lines", type=int, default=400, help="pool lines to extract (default: 400)")
     calibrate.add_argument("--folds", type=int, default=5, help="the pool is cut in this many folds (default: 5)")

@@ -109,7 +109,7 @@ async def test_vllm_errors_become_ours(errored: bool, kind: type[EngineError]) -
 
 
 def engine_core(server: psutil.Process) -> psutil.Process:
-    """vLLM's engine core of the base model: the first started (the SNIPS adapter's merged weights have their own)."""
+    """vLLM's engine core of the base model: the first started (a merged adapter's weights would have their own)."""
     cores = [c for c in server.children(recursive=True) if "EngineCore" in " ".join([c.name(), *c.cmdline()])]
     if cores:
         return min(cores, key=lambda c: c.create_time())
@@ -122,7 +122,9 @@ def test_real_engine_core_killed_mid_request(tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
+    # adapters off: one engine to start (and kill), not the SNIPS adapter's merged one beside it
     command = [sys.executable, "-m", "extractor.cli", "serve", "--port", str(port), "--max-num-seqs", "4"]
+    command += ["--adapter-serving", "off"]
     log_path = tmp_path / "serve.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(command, cwd=repo_root(), stdout=log, stderr=subprocess.STDOUT, env=env)

@@ -196,7 +196,7 @@ def test_calibrate_then_eval_through_the_cli(
     common = ["--engine", "scripted", "--tasks-dir", str(root)]
     assert main(["calibrate", "snips_get_weather", "--lines", "30", "--folds", "3", *common]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["calibration"] == str(root / "calibration" / "snips_get_weather.json")
+    assert out["calibration"] == [str(root / "calibration" / "snips_get_weather.json")]
     assert out["values"] >= 20 and "30 pool lines" in out["source"] and out["raw"]["ece"] >= 0.0
     gold = tmp_path / "gold.jsonl"
     lines = (repo_root() / "examples" / "snips_get_weather.jsonl").read_text(encoding="utf-8").splitlines()[40:50]

@@ -323,7 +323,9 @@ def test_sighup_reloads_without_a_watcher(tmp_path: Path) -> None:
 def test_real_engine_landmark(browser: Any, tmp_path: Path) -> None:
     """The shipped catalog on the real engine: the page waits out the engine start, then the Chinese example."""
     shots = os.environ.get("EXTRACTOR_SCREENSHOT_DIR")
-    with serve(tmp_path / "home", repo_root(), engine="vllm", ready_s=900, wait_ready=False) as (url, _):
+    # adapters off: one engine (the landmark task has no adapter; the SNIPS one would start a second)
+    extra = ["--adapter-serving", "off"]
+    with serve(tmp_path / "home", repo_root(), engine="vllm", ready_s=900, wait_ready=False, extra=extra) as (url, _):
         page = Page(browser, url)
         page.page.set_viewport_size({"width": 1280, "height": 860})
         page.pick("landmark_slots")

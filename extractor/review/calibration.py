@@ -35,8 +35,9 @@ BINS = 10
 class Calibration:
     """A monotone, piecewise-linear map from raw confidence to the chance of being right.
 
-    ``points`` are ``(raw, calibrated)`` pairs with ``raw`` increasing; between them the map is
-    linear, beyond them flat. ``adapter`` says whether it was fitted on the task served with its
+    ``points`` are ``(raw, calibrated)`` pairs with ``raw`` increasing, one per block of the
+    isotonic fit (at the block's mean raw confidence); between them the map is linear, beyond
+    them flat. ``adapter`` says whether it was fitted on the task served with its
     adapter: the map applies to that serving only.
     """
 
@@ -82,14 +83,20 @@ def fit(raw: Sequence[float], correct: Sequence[bool], **about: Any) -> Calibrat
         slot[0] += 1.0 if ok else 0.0
         slot[1] += 1.0
     xs = sorted(tally)  # equal raw values pooled: one point each, weighted by how many
-    fitted = isotonic_regression([tally[x][0] / tally[x][1] for x in xs], weights=[tally[x][1] for x in xs]).x
-    # Each block of equal fitted values keeps its two ends: a flat step between them, a ramp to the next.
+    weights = [tally[x][1] for x in xs]
+    fitted = isotonic_regression([tally[x][0] / tally[x][1] for x in xs], weights=weights).x
+    # One point per block of equal fitted values, at the block's weighted mean raw confidence: the
+    # map is linear between blocks, so it keeps the raw order (flat only beyond the outer blocks)
+    # and the least confident values stay apart for review.
     points: list[tuple[float, float]] = []
-    for x, y in zip(xs, (min(1.0, max(0.0, float(v))) for v in fitted), strict=True):
-        if len(points) >= 2 and points[-1][1] == y and points[-2][1] == y:
-            points[-1] = (x, y)
-        else:
-            points.append((x, y))
+    start = 0
+    for end in range(1, len(xs) + 1):
+        if end == len(xs) or fitted[end] != fitted[start]:
+            block = range(start, end)
+            mass = sum(weights[i] for i in block)
+            center = sum(xs[i] * weights[i] for i in block) / mass
+            points.append((center, min(1.0, max(0.0, float(fitted[start])))))
+            start = end
     return Calibration(points=tuple(points), values=len(raw), **about)
 
 
