@@ -486,7 +486,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
             shown = [Example(i.text, i.expected) for i in items if i.task == task.name]
             cases += fitting.example_cases(task, shown)
         elif task.adapter is not None:
-            cases += fitting.example_cases(task, fitting.held_out_examples(task))
+            cases += fitting.held_out_cases(task)
         else:
             cases += fitting.pool_cases(task, lines=args.lines, folds=args.folds, seed=args.seed)
     source = (

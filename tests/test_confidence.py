@@ -211,3 +211,28 @@ def test_calibrate_then_eval_through_the_cli(
     assert scores["calibrated_docs"] == 10 and 0.0 <= scores["catch_rate"] <= 1.0
     assert main(["calibrate", "nope", *common]) == 2  # one line naming the unknown task
     assert "nope" in capsys.readouterr().err
+
+
+def test_an_adapter_is_calibrated_on_the_lines_its_training_held_out(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from extractor.errors import ConfigError
+    from extractor.review import fitting
+    from extractor.training import manifest
+
+    root = weather_catalog(tmp_path / "catalog", 12)
+    task = Catalog.load(root).get("snips_get_weather")
+    folder = root / "adapters" / "weather"
+    folder.mkdir(parents=True)
+    record = {"format": manifest.FORMAT, "config": {"held_out_lines": {"snips_get_weather": [2, 5]}}}
+    (folder / manifest.MANIFEST).write_text(json.dumps(record), encoding="utf-8")
+    adapted = replace(task, adapter=folder)
+    cases = fitting.held_out_cases(adapted)
+    assert task.pool is not None
+    lines = [json.loads(x)["text"] for x in task.pool.path.read_text(encoding="utf-8").splitlines()]
+    assert [c.text for c in cases] == [lines[1], lines[4]]
+    for case in cases:  # never shown itself, as an example or a hint
+        assert case.task.pool is not None and not case.task.pool.contains(case.text) and len(case.task.pool) == 10
+    (folder / manifest.MANIFEST).write_text(json.dumps({"format": manifest.FORMAT, "config": {}}), encoding="utf-8")
+    with pytest.raises(ConfigError, match="--gold"):
+        fitting.held_out_cases(adapted)

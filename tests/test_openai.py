@@ -119,6 +119,9 @@ def test_parse_with_a_pydantic_model(live: Live) -> None:
     assert len(extension["attempts"]) == 1
     spans = {s["path"]: (s["start"], s["end"], s["status"]) for s in extension["spans"]}
     assert spans["/participants/0"] == (TEXT.index("Alice"), TEXT.index("Alice") + 5, "exact")
+    # the scripted engine is sure of every token: each value's confidence is 1, uncalibrated
+    assert extension["confidence"] == 1.0 and extension["confidences"]["/participants/0"] == 1.0
+    assert extension["calibrated"] is False
     # the chat went to the engine as given, constrained by the client's schema
     sent = live.engine.history[-1]
     assert [m["content"] for m in sent.messages] == ["Extract the event.", TEXT]

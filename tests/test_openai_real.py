@@ -45,6 +45,9 @@ def test_openai_client_on_the_real_engine(live: str, real_extractor: Extractor) 
     assert isinstance(place, Place), parsed
     extension = parsed.model_extra["extractor"]
     assert 1 <= len(extension["attempts"]) <= 3 and parsed.usage is not None and parsed.usage.completion_tokens > 0
+    # vLLM's own token probabilities, under the constraint: a confidence per value, the lowest for the whole
+    assert extension["confidences"] and all(0.0 < c <= 1.0 for c in extension["confidences"].values())
+    assert extension["confidence"] == min(extension["confidences"].values())
     # the catalog task: its own prompt and worked examples
     task = client.chat.completions.parse(
         model="landmark_slots", messages=[{"role": "user", "content": LANDMARK_TEXT}], response_format=Landmark

@@ -144,3 +144,36 @@ def test_cli_extract_prints_only_the_result(real_extractor: Extractor) -> None:
     assert result["task"] == "landmark_slots"
     assert list(task.validator.iter_errors(result["data"])) == []
     assert "INFO" in done.stderr  # the engine did log, to stderr
+
+
+def test_a_correction_teaches_the_real_model_at_once(real_extractor: Extractor, tmp_path: Path) -> None:
+    """The review loop on the real model: a value corrected by a person comes back right for a near-identical text."""
+    from extractor.reload import load_catalog
+
+    from .test_review_http import TASK, TEXT, client_for, make_catalog
+
+    root = make_catalog(tmp_path / "catalog")
+    settings = real_extractor.settings.with_(tasks_dir=root, home=tmp_path / "home")
+    extractor = Extractor(settings=settings, engine=real_extractor.engine, catalog=load_catalog(root))
+    near = "据说，" + TEXT  # the same sentence, a word added: the corrected line is the nearest example
+
+    async def run() -> tuple[dict[str, object], dict[str, object], dict[str, object]]:
+        async for client in client_for(extractor):
+            first = (await client.post(f"/extract/{TASK}", json={"text": TEXT, "review": True})).json()
+            # the analyst's convention differs from the model's guess: the bare category, or the long one
+            category = "宫殿" if first["data"]["category"] != "宫殿" else "宫殿建筑"
+            decided = await client.post(
+                f"/review/{first['review_id']}/correct", json={"data": {**first["data"], "category": category}}
+            )
+            assert decided.status_code == 200, decided.text
+            again = (await client.post(f"/extract/{TASK}", json={"text": near})).json()
+            return first, decided.json(), again
+        raise AssertionError("no client")
+
+    first, decided, again = asyncio.run(run())
+    # vLLM's token probabilities under the constraint: a confidence on every value
+    assert first["confidences"] and all(0.0 < c <= 1.0 for c in first["confidences"].values())  # type: ignore[union-attr]
+    assert decided["status"] == "corrected" and decided["pool"]["task_version"] != first["task_version"]  # type: ignore[index]
+    corrected = decided["corrected"]["category"]  # type: ignore[index]
+    assert first["data"]["category"] != corrected  # type: ignore[index]
+    assert again["data"]["category"] == corrected, again  # type: ignore[index]

@@ -129,6 +129,17 @@ def fit(pairs: Sequence[tuple[float, bool]], *, task: Task, model: str, source: 
     return replace(fitted, scores=scores)
 
 
+def held_out_cases(task: Task) -> list[Case]:
+    """The adapter's held-out lines, extracted by the task with a pool that lacks them (its hints too)."""
+    examples = held_out_examples(task)
+    texts = {e.text.strip() for e in examples}
+    served = task
+    if task.pool is not None:
+        drop = {i for i, e in enumerate(task.pool.examples) if e.text.strip() in texts}
+        served = replace(task, pool=without(task.pool, drop, skip=task.ungrounded))
+    return example_cases(served, examples)
+
+
 def held_out_examples(task: Task) -> list[Example]:
     """The pool lines ``extractor train`` kept out of the task's adapter (its manifest lists them)."""
     from extractor.examples.pool import check_line

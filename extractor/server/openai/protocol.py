@@ -214,6 +214,9 @@ class ExtractorInfo(BaseModel):
     removed: list[SpanModel]
     latency_ms: float
     grounded_decoding: str
+    confidence: float | None = Field(default=None, description="the lowest confidence of any value (see spans)")
+    confidences: dict[str, float] = Field(default_factory=dict, description="every value's confidence, by pointer")
+    calibrated: bool = False
 
 
 class ChatCompletionOut(BaseModel):

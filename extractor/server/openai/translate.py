@@ -206,6 +206,9 @@ def info(result: ExtractionResult) -> ExtractorInfo:
         removed=result.removed,
         latency_ms=result.latency_ms,
         grounded_decoding=result.grounded_decoding,
+        confidence=result.confidence,
+        confidences=result.confidences,
+        calibrated=result.calibrated,
     )
 
 
