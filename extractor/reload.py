@@ -51,6 +51,7 @@ def task_files(root: Path, name: str, adapter: Path | None = None) -> list[Path]
     files += [root / "prompts" / f"{name}{suffix}" for suffix in PROMPT_SUFFIXES]
     files.append(root / "examples" / f"{name}.jsonl")
     files.append((adapter or root / "adapters" / name) / _MANIFEST)
+    files.append(root / "calibration" / f"{name}.json")  # `extractor calibrate`'s map
     return files
 
 

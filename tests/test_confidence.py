@@ -106,8 +106,12 @@ def test_results_carry_a_confidence_per_value_and_the_lowest_for_the_whole(tmp_p
 
 def test_a_calibration_beside_the_task_maps_every_confidence(tmp_path: Path) -> None:
     root = catalog_with(tmp_path / "catalog", "landmark_slots")
+    from extractor.reload import fingerprint
+
+    before = fingerprint(root, "landmark_slots")
     fitted = calibration.fit([0.1, 0.2, 0.9, 0.95, 1.0, 1.0], [False, False, True, False, True, True])
     calibration.save(fitted, root / "calibration" / "landmark_slots.json")
+    assert fingerprint(root, "landmark_slots") != before  # a new map is a new version of the task (reloads)
     assert calibration.load(root / "calibration" / "landmark_slots.json").points == fitted.points
     answer = '{"name": "阿尔罕布拉宫", "country": null, "city": "格拉纳达", "category": null, "period": null}'
     engine = ScriptedEngine([answer], token_logprob=-0.01)

@@ -21,7 +21,7 @@ from extractor.reload import ReloadReport, rebuild
 from extractor.server.metrics import Metrics
 
 log = logging.getLogger("extractor.server")
-WATCHED = ("schemas", "prompts", "examples", "adapters")
+WATCHED = ("schemas", "prompts", "examples", "adapters", "calibration")
 # watchfiles yields once no change came for STEP_MS (at most DEBOUNCE_MS after the first one):
 # a save touching the schema and the template is one reload.
 STEP_MS = 100
