@@ -4,6 +4,7 @@ Public API: :func:`extract`, :func:`aextract`, :class:`Extractor`, tasks, result
 """
 
 from extractor.api import Extractor, aextract, extract
+from extractor.chat import ChatReply
 from extractor.config import Settings
 from extractor.engines import Engine, ScriptedEngine
 from extractor.errors import (
@@ -23,6 +24,7 @@ from extractor.tasks import Catalog, Task
 __all__ = [
     "Attempt",
     "Catalog",
+    "ChatReply",
     "ConfigError",
     "Engine",
     "EngineError",

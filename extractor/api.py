@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Collection, Coroutine, Iterable, Sequence
+from collections.abc import AsyncIterator, Collection, Coroutine, Iterable, Sequence
+from contextlib import aclosing
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel
 
+from extractor import chat as chatting
 from extractor import pipeline
+from extractor.chat import ChatReply
 from extractor.config import Settings
 from extractor.engines import Engine, create_engine
+from extractor.engines.base import GenerationRequest
 from extractor.errors import ExtractionFailed, ExtractorError
 from extractor.grounding import GroundingPolicy
 from extractor.reload import load_catalog
@@ -198,6 +202,93 @@ class Extractor:
     def extract_many(self, task: str, texts: Sequence[str], **options: Any) -> list[ExtractionResult | ExtractorError]:
         """Blocking :meth:`aextract_many`."""
         return _run_sync(self.aextract_many(task, texts, **options))
+
+    # -- chat: the seed's in-process chat, on the extraction engine (extractor.chat, as POST /chat) --
+
+    def _chat_request(
+        self,
+        query: str,
+        history: Iterable[Sequence[str]],
+        system: str | None,
+        stop_words: Sequence[str],
+        max_tokens: int | None,
+        temperature: float | None,
+    ) -> GenerationRequest:
+        return chatting.request(
+            self.engine,
+            query,
+            history=history,
+            system=system,
+            stop_words=stop_words,
+            max_tokens=max_tokens or self.settings.chat_max_tokens,
+            temperature=chatting.DEFAULT_TEMPERATURE if temperature is None else temperature,
+        )
+
+    async def achat(
+        self,
+        query: str,
+        *,
+        history: Iterable[Sequence[str]] = (),
+        system: str | None = chatting.DEFAULT_SYSTEM,
+        stop_words: Sequence[str] = (),
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> ChatReply:
+        """One chat turn with the model's own chat template, on the engine extraction uses.
+
+        ``history``: earlier ``(user, assistant)`` turns, oldest first; the newest that fit the
+        window go in (the seed's rule). ``system``: None or "" for no system turn. The reply ends
+        at the first of ``stop_words`` (left out): the engine stops there, generating nothing past
+        it. ``max_tokens`` defaults to ``chat_max_tokens``, ``temperature`` to 0.7 (the seed's).
+        Bad input raises :class:`~extractor.errors.InputError` (a history that is not pairs) or
+        :class:`~extractor.errors.TextTooLongError` (the query alone past the window), as ``/chat``.
+        """
+        await self.astart()
+        request = self._chat_request(query, history, system, stop_words, max_tokens, temperature)
+        return await chatting.reply(self.engine, request)
+
+    def chat(
+        self,
+        query: str,
+        *,
+        history: Iterable[Sequence[str]] = (),
+        system: str | None = chatting.DEFAULT_SYSTEM,
+        stop_words: Sequence[str] = (),
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> ChatReply:
+        """Blocking :meth:`achat`."""
+        return _run_sync(
+            self.achat(
+                query,
+                history=history,
+                system=system,
+                stop_words=stop_words,
+                max_tokens=max_tokens,
+                temperature=temperature,
+            )
+        )
+
+    async def astream_chat(
+        self,
+        query: str,
+        *,
+        history: Iterable[Sequence[str]] = (),
+        system: str | None = chatting.DEFAULT_SYSTEM,
+        stop_words: Sequence[str] = (),
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> AsyncIterator[str]:
+        """:meth:`achat` as it is generated: the reply's text so far, growing (cumulative, as ``/chat`` streams).
+
+        Text that may be the start of a stop word is held back until it is not; at a stop word the
+        stream ends and the engine request is aborted. Closing the iterator early aborts it too.
+        """
+        await self.astart()
+        request = self._chat_request(query, history, system, stop_words, max_tokens, temperature)
+        async with aclosing(chatting.stream(self.engine, request)) as texts:
+            async for text in texts:
+                yield text
 
     async def aclose(self) -> None:
         """Release the engine."""

@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from extractor import Catalog, Extractor, InputError, ScriptedEngine, Settings, TextTooLongError
+from extractor.chat import build_messages, first_stop, held_back, until_stop_word
 from extractor.engines.base import Message
 from extractor.server import create_app
-from extractor.server.chat import build_messages, first_stop, held_back, until_stop_word
 
 from .test_server import metric
 
@@ -127,7 +127,8 @@ async def test_chat_stops_at_user_stop_word_and_aborts_the_engine(
     chat_engine.enqueue(["Thought: x\nObservation: y"])
     plain = await chat_client.post("/chat", json={**body, "stream": False})
     assert plain.status_code == 200 and plain.json() == {"text": "Thought: x\n"}
-    assert len(chat_engine.aborted) == 2
+    # not streamed: the engine was given the stop words as stop strings, and ended there itself
+    assert chat_engine.history[-1].stop == ("Observation:",)
     metrics = (await chat_client.get("/metrics")).text  # both chats gave their admission back
     assert metric(metrics, "extractor_queue_depth") == 0 and metric(metrics, "extractor_in_flight") == 0
 
@@ -182,3 +183,73 @@ async def test_an_error_once_streaming_comes_as_the_last_object(catalog: Catalog
     chunks = split_stream(response.content)
     assert chunks[-1]["error"] == "timeout" and "EXTRACTOR_REQUEST_TIMEOUT_S" in chunks[-1]["message"]
     assert chunks[-1]["text"].startswith("a l") and len(engine.aborted) == 1
+
+
+# -- Extractor.chat: the same chat in process (the seed's VLLMChat), on the scripted engine --------------
+
+
+def chat_extractor(catalog: Catalog, tmp_path: Path, engine: ScriptedEngine) -> Extractor:
+    settings = Settings.from_env({}, home=tmp_path / "home", engine="scripted", chat_max_tokens=20)
+    return Extractor(settings=settings, engine=engine, catalog=catalog)
+
+
+def test_extractor_chat_sends_system_history_and_query_and_returns_the_reply(
+    catalog: Catalog, tmp_path: Path, chat_engine: ScriptedEngine
+) -> None:
+    extractor = chat_extractor(catalog, tmp_path, chat_engine)
+    chat_engine.enqueue(["Thought: x\nObservation: y"])
+    reply = extractor.chat(
+        "and now?", history=[["hi", "hello"], ("how are you", "fine")], system="Be brief.", stop_words=["Observation:"]
+    )
+    assert reply.text == "Thought: x\n" and reply.finish_reason == "stop" and reply.completion_tokens > 0
+    sent = chat_engine.history[-1]
+    assert [(m["role"], m["content"]) for m in sent.messages] == [
+        ("system", "Be brief."),
+        ("user", "hi"),
+        ("assistant", "hello"),
+        ("user", "how are you"),
+        ("assistant", "fine"),
+        ("user", "and now?"),
+    ]
+    assert sent.stop == ("Observation:",) and sent.max_tokens == 20 and sent.temperature == 0.7
+    chat_engine.enqueue(["ok"])
+    assert extractor.chat("q", system=None).text == "ok"
+    assert [m["role"] for m in chat_engine.history[-1].messages] == ["user"]
+
+
+async def test_extractor_streams_a_chat_and_a_stop_word_aborts_the_engine_request(
+    catalog: Catalog, tmp_path: Path, chat_engine: ScriptedEngine
+) -> None:
+    extractor = chat_extractor(catalog, tmp_path, chat_engine)
+    chat_engine.enqueue(["Thought: look it up\nObservation: the rest must never be generated"])
+    texts = [t async for t in extractor.astream_chat("hi", stop_words=["Observation:"])]
+    assert texts[-1] == "Thought: look it up\n" and not any("Obs" in t for t in texts)
+    assert all(b.startswith(a) for a, b in itertools.pairwise(texts)) and len(texts) > 2
+    assert len(chat_engine.aborted) == 1  # the engine request was stopped, not only the iterator
+
+
+@pytest.mark.parametrize(
+    ("history", "message"),
+    [
+        ("hi", "history must be a list of \\[user, assistant\\] pairs"),
+        ([["only the user"]], "history\\[0\\] must be a \\[user, assistant\\] pair"),
+        ([("a", "b"), ("c", 3)], "history\\[1\\] must hold two strings"),
+    ],
+)
+def test_extractor_chat_names_a_bad_history(
+    catalog: Catalog, tmp_path: Path, chat_engine: ScriptedEngine, history: object, message: str
+) -> None:
+    extractor = chat_extractor(catalog, tmp_path, chat_engine)
+    with pytest.raises(InputError, match=message):
+        extractor.chat("q", history=history)  # type: ignore[arg-type]
+    assert chat_engine.history == []  # nothing reached the engine
+
+
+def test_extractor_chat_past_the_window_is_the_same_error_as_the_route(
+    catalog: Catalog, tmp_path: Path, chat_engine: ScriptedEngine
+) -> None:
+    extractor = chat_extractor(catalog, tmp_path, chat_engine)
+    with pytest.raises(TextTooLongError):
+        extractor.chat("word " * 1000)
+    with pytest.raises(InputError, match="query is empty"):
+        extractor.chat("  ")

@@ -177,3 +177,31 @@ def test_a_correction_teaches_the_real_model_at_once(real_extractor: Extractor, 
     corrected = decided["corrected"]["category"]  # type: ignore[index]
     assert first["data"]["category"] != corrected  # type: ignore[index]
     assert again["data"]["category"] == corrected, again  # type: ignore[index]
+
+
+def test_extractor_chat_on_the_real_engine_like_the_seeds_client(real_extractor: Extractor) -> None:
+    """The seed's VLLMChat client, against Extractor.chat: query, history, system, stop words, streaming."""
+    question = "Name three colours of the rainbow, separated by commas."
+
+    async def run() -> None:
+        full = await real_extractor.achat(question, temperature=0.0, max_tokens=48)
+        assert full.text.strip() and full.completion_tokens > 0 and full.finish_reason in ("stop", "length")
+        # a stop word from the reply itself (greedy: the same reply again), past its first few characters
+        word = next(w for w in full.text.split() if full.text.find(w) >= 3)
+        expected = full.text[: full.text.find(word)]
+        stopped = await real_extractor.achat(question, temperature=0.0, max_tokens=48, stop_words=[word])
+        assert stopped.text == expected and stopped.finish_reason == "stop"
+        assert stopped.completion_tokens < full.completion_tokens  # the engine generated nothing past it
+        texts = [t async for t in real_extractor.astream_chat(question, temperature=0.0, stop_words=[word])]
+        assert texts[-1] == expected and not any(word in t for t in texts)
+        engine = real_extractor.engine
+        assert getattr(engine, "unfinished_requests", 0) == 0  # no request left running in the engine
+        # history and system reach the model (the prompt grows by them), the newest turns first
+        history = [("My name is Ada.", "Nice to meet you, Ada.")]
+        remembered = await real_extractor.achat(
+            "What is my name?", history=history, system="You answer in one short sentence.", max_tokens=24
+        )
+        alone = await real_extractor.achat("What is my name?", system="You answer in one short sentence.", max_tokens=1)
+        assert remembered.prompt_tokens > alone.prompt_tokens and remembered.text.strip()
+
+    asyncio.run(run())

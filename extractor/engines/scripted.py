@@ -24,7 +24,8 @@ class ScriptedEngine:
     it over its chunks of ``chunk_chars`` characters. ``keep`` bounds both records (the newest
     are kept), for long dry runs. With ``cut_at_max_tokens``, an answer longer than the request's
     ``max_tokens`` (counted as :data:`CHARS_PER_TOKEN` characters a token) is cut there and
-    finishes with ``length``, as a real engine's would. Asked for ``logprobs``, it reports tokens
+    finishes with ``length``, as a real engine's would. ``generate`` ends an answer at the
+    request's first ``stop`` string, leaving it out, as vLLM does. Asked for ``logprobs``, it reports tokens
     of :data:`CHARS_PER_TOKEN` characters, each with ``token_logprob`` (0.0: every value certain),
     or ``token_logprob(text, start, end)`` when it is a function.
 
@@ -113,6 +114,9 @@ class ScriptedEngine:
                 self._record(self.aborted, request)
                 raise
         finish = "stop"
+        stops = [i for i in (text.find(w) for w in request.stop if w) if i >= 0]
+        if stops:  # as vLLM: generation ends at a stop string, which is left out
+            text = text[: min(stops)]
         if self._cut and len(text) > request.max_tokens * CHARS_PER_TOKEN:
             text, finish = text[: request.max_tokens * CHARS_PER_TOKEN], "length"
         ends = tuple([*range(CHARS_PER_TOKEN, len(text), CHARS_PER_TOKEN), len(text)]) if request.logprobs else ()

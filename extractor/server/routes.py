@@ -221,15 +221,12 @@ async def chat(body: ChatRequest, request: Request) -> Response:
     ticket = await service.admit_chat()
     streaming = False
     try:
-        texts = service.chat(service.chat_request(body), body.user_stop_words)
+        request_ = service.chat_request(body)
         if body.stream:
             streaming = True
-            return _ChatStream(_chat_chunks(texts), ticket)
-        last = ""
-        async with aclosing(texts):
-            async for text in texts:
-                last = text
-        return JSONResponse(ChatResponse(text=last).model_dump())
+            return _ChatStream(_chat_chunks(service.chat(request_)), ticket)
+        answer = await service.chat_reply(request_)
+        return JSONResponse(ChatResponse(text=answer.text).model_dump())
     finally:
         if not streaming:
             ticket.release()

@@ -13,6 +13,7 @@ from typing import Any
 import jinja2
 import jinja2.meta
 
+from extractor import chat
 from extractor.api import Extractor
 from extractor.engines.base import Generation, GenerationRequest, stream_text
 from extractor.errors import (
@@ -20,7 +21,6 @@ from extractor.errors import (
     EngineNotReadyError,
     ExtractionFailed,
     ExtractorError,
-    InputError,
     PayloadTooLargeError,
     RequestTimeoutError,
     ShuttingDownError,
@@ -30,7 +30,6 @@ from extractor.errors import (
 from extractor.pipeline import Options
 from extractor.results import ExtractionResult
 from extractor.review.store import ReviewStore
-from extractor.server import chat
 from extractor.server.admission import Admission, Ticket
 from extractor.server.metrics import Metrics
 from extractor.server.protocol import BatchItem, ChatRequest, ExtractOptions
@@ -236,7 +235,7 @@ class Service:
         return self._prompt_variables[key]
 
     def _check_text(self, text: str) -> None:
-        _check_unicode("text", text)
+        chat.check_unicode("text", text)
         if len(text) > self.settings.max_text_chars:
             raise PayloadTooLargeError(
                 f"text is {len(text)} characters, over the limit of {self.settings.max_text_chars} "
@@ -354,21 +353,15 @@ class Service:
 
     def chat_request(self, body: ChatRequest) -> GenerationRequest:
         """The engine request for a chat: the seed's window over the history (4xx on bad input)."""
-        _check_unicode("query", body.query)
-        _check_unicode("system", body.system)
-        for number, turn in enumerate(body.history):
-            _check_unicode(f"history[{number}]", "".join(turn))
-        engine = self.extractor.engine
-        max_tokens = body.max_tokens or self.settings.chat_max_tokens
-        messages = chat.build_messages(
+        return chat.request(
+            self.extractor.engine,
             body.query,
-            body.history,
-            body.system,
-            count_tokens=engine.count_prompt_tokens,
-            max_model_len=engine.max_model_len,
-            max_tokens=max_tokens,
+            history=body.history,
+            system=body.system,
+            stop_words=body.user_stop_words,
+            max_tokens=body.max_tokens or self.settings.chat_max_tokens,
+            temperature=body.temperature,
         )
-        return GenerationRequest(messages=messages, temperature=body.temperature, max_tokens=max_tokens)
 
     async def admit_chat(self) -> Ticket:
         """Room for one chat (503 or 429 when there is none); release it when the chat ends."""
@@ -384,13 +377,25 @@ class Service:
         except TimeoutError:
             raise self._timed_out() from None
 
-    async def chat(self, request: GenerationRequest, stop_words: Sequence[str]) -> AsyncGenerator[str, None]:
+    async def chat_reply(self, request: GenerationRequest) -> chat.ChatReply:
+        """The whole reply of an admitted chat (:func:`extractor.chat.reply`), under the request deadline."""
+        deadline = self._deadline()
+        try:
+            async with asyncio.timeout_at(deadline), self.admission.slot():
+                return await chat.reply(self.extractor.engine, request)
+        except TimeoutError:
+            raise self._timed_out() from None
+        except EngineDeadError as error:
+            self.engine_died(error)
+            raise
+
+    async def chat(self, request: GenerationRequest) -> AsyncGenerator[str, None]:
         """Cumulative text of an admitted chat, cut at a stop word, under the request deadline."""
         deadline = self._deadline()
         try:
             async with self.admission.slot(deadline=deadline):  # TimeoutError: no slot in time
                 limited = self._until(stream_text(self.extractor.engine, request), deadline)
-                async with aclosing(chat.until_stop_word(limited, stop_words)) as texts:
+                async with aclosing(chat.until_stop_word(limited, request.stop)) as texts:
                     async for text in texts:
                         yield text
         except TimeoutError:
@@ -411,16 +416,6 @@ class Service:
                 except TimeoutError:
                     raise self._timed_out() from None
                 yield text
-
-
-def _check_unicode(name: str, value: str) -> None:
-    """JSON may carry lone UTF-16 surrogates, which no tokenizer takes."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise InputError(
-            f"{name} holds an invalid character at {error.start} (a lone UTF-16 surrogate); send valid Unicode"
-        ) from None
 
 
 def _stem(path: str) -> str:

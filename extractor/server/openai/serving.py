@@ -115,7 +115,7 @@ class OpenAIFront:
         yield translate.sse(head.chunk(DeltaOut(role="assistant", content="")))
         shown = ""
         try:
-            async with aclosing(self.service.chat(request, ())) as texts:
+            async with aclosing(self.service.chat(request)) as texts:
                 async for text in texts:
                     if len(text) > len(shown):
                         yield translate.sse(head.chunk(DeltaOut(content=text[len(shown) :])))
