@@ -52,8 +52,34 @@ _SERVE_ONLY = {
 }
 
 
+# Shown in every command's --help; the other settings are accepted everywhere they apply, shown by
+# `serve --help` (the service's own) and by each command's --help-settings (all of them, once).
+_COMMON = ("home", "tasks_dir", "engine", "model")
+
+
+class _SettingsHelp(argparse.Action):
+    """``--help-settings``: every setting with its flag, variable and meaning, then exit."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        lines = ["settings: each a flag of the commands it applies to and a variable (flags win)", ""]
+        for f in fields(Settings):
+            flag = f"--{f.name.replace('_', '-')}"
+            where = " (serve)" if f.name in _SERVE_ONLY else ""
+            lines.append(f"  {flag:32} EXTRACTOR_{f.name.upper()}{where}")
+            if f.name in _SETTING_HELP:
+                lines.append(f"  {'':32} {_SETTING_HELP[f.name].replace(f' (EXTRACTOR_{f.name.upper()})', '')}")
+        sys.stdout.write("\n".join(lines) + "\n")
+        parser.exit()
+
+
 def _add_settings(parser: argparse.ArgumentParser, *, serve: bool = False) -> None:
-    group = parser.add_argument_group("settings (each also EXTRACTOR_<NAME>)")
+    group = parser.add_argument_group(
+        "settings (each also EXTRACTOR_<NAME>; --help-settings lists all)" if not serve else "settings"
+    )
+    group.add_argument("--help-settings", action=_SettingsHelp, help="list every setting and its variable, then exit")
     hints = typing.get_type_hints(Settings)
     for f in fields(Settings):
         if f.name in _SERVE_ONLY and not serve:
@@ -70,12 +96,13 @@ def _add_settings(parser: argparse.ArgumentParser, *, serve: bool = False) -> No
                 except ConfigError as error:
                     raise argparse.ArgumentTypeError(str(error)) from None
 
+        shown = serve or f.name in _COMMON
         group.add_argument(
             f"--{f.name.replace('_', '-')}",
             dest=f.name,
             type=convert,
             default=None,
-            help=_SETTING_HELP.get(f.name, f"(EXTRACTOR_{f.name.upper()})"),
+            help=_SETTING_HELP.get(f.name, f"(EXTRACTOR_{f.name.upper()})") if shown else argparse.SUPPRESS,
         )
 
 

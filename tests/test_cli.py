@@ -105,3 +105,24 @@ def test_boolean_settings_read_true_false_and_name_bad_values(capsys: pytest.Cap
     with pytest.raises(SystemExit):
         main(["tasks", "--grounded-clauses", "maybe"])
     assert "EXTRACTOR_GROUNDED_CLAUSES: expected true or false" in capsys.readouterr().err
+
+
+def test_each_command_help_shows_its_own_options_and_the_settings_once(capsys: pytest.CaptureFixture[str]) -> None:
+    from extractor.cli import build_parser
+
+    parser = build_parser()
+    with pytest.raises(SystemExit):
+        parser.parse_args(["train", "--help"])
+    train = capsys.readouterr().out
+    assert "--held-out" in train and "--home" in train and "--help-settings" in train
+    assert "--api-keys" not in train and "--cors-origins" not in train and "--max-num-seqs" not in train
+    assert len(train.splitlines()) < 60
+    with pytest.raises(SystemExit):
+        parser.parse_args(["serve", "--help"])
+    assert "--api-keys" in capsys.readouterr().out  # the service's own settings stay in its help
+    with pytest.raises(SystemExit):
+        parser.parse_args(["train", "--help-settings"])
+    every = capsys.readouterr().out
+    assert "--max-num-seqs" in every and "EXTRACTOR_MAX_NUM_SEQS" in every and "--port" in every
+    # hidden from the help, still accepted where they apply
+    assert parser.parse_args(["train", "t", "--max-num-seqs", "4"]).max_num_seqs == 4
