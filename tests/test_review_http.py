@@ -195,6 +195,8 @@ async def test_accept_adds_the_result_and_reject_adds_nothing(
     done = await client.post(f"/review/{rejected}/reject")
     assert done.status_code == 200 and done.json()["status"] == "rejected" and done.json()["pool"] is None
     assert pool_lines(root) == before
+    huge = await client.post(f"/review/{accepted}/accept", json={"version": 2**65})  # found by schemathesis
+    assert huge.status_code == 422 and huge.json()["error"] == "bad_request"  # a bad body, not a database overflow
     done = await client.post(f"/review/{accepted}/accept", json={"version": 1})
     assert done.status_code == 200 and done.json()["status"] == "accepted"
     assert pool_lines(root) == [*before, {"id": f"review-{accepted}", "text": TEXT, "output": RIGHT}]

@@ -22,7 +22,8 @@ def _integral(value: Any) -> Any:
 Integer = Annotated[int, BeforeValidator(_integral)]
 AttemptCount = Annotated[int, Field(ge=1, le=3), BeforeValidator(_integral)]
 TokenCount = Annotated[int, Field(ge=1, le=8192), BeforeValidator(_integral)]
-ItemVersion = Annotated[int, Field(ge=1), BeforeValidator(_integral)]
+# Within a database integer, and exact as a JSON number everywhere (2**53 - 1): larger is a bad body, not an overflow.
+ItemVersion = Annotated[int, Field(ge=1, le=2**53 - 1), BeforeValidator(_integral)]
 # A JSON array is the wire form of a tuple (strict mode alone takes tuples only); its items stay strict.
 Turn = Annotated[tuple[str, str], BeforeValidator(lambda v: tuple(v) if isinstance(v, list) else v)]
 

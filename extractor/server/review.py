@@ -37,7 +37,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         (503, "the review database cannot be reached"),
     ]
 }
-ItemId = Annotated[int, Path(ge=1, le=2**63 - 1, description="the review item's id")]
+ItemId = Annotated[int, Path(ge=1, le=2**53 - 1, description="the review item's id")]
 
 
 def _desk(request: Request) -> ReviewDesk:

@@ -115,9 +115,19 @@ class StrictJsonGate:
             try:
                 loads(body)
             except BadJsonError as error:
-                await error_response(error)(scope, receive, send)
+                await _refusal(scope, error)(scope, receive, send)
                 return
         await self.app(scope, _replay([{"type": "http.request", "body": body, "more_body": False}], receive), send)
+
+
+def _refusal(scope: Scope, error: BadJsonError) -> ASGIApp:
+    """The 400 in the shape the route's document declares: OpenAI's under ``/v1``, ours elsewhere."""
+    from extractor.server.openai import PREFIX
+    from extractor.server.openai import error_response as openai_error
+
+    if str(scope.get("path", "")).startswith(PREFIX + "/"):
+        return openai_error(error)
+    return error_response(error)
 
 
 def _replay(messages: list[Message], receive: Receive) -> Receive:

@@ -73,6 +73,10 @@ async def models(request: Request) -> ModelsOut:
     "/chat/completions",
     response_model=ChatCompletionOut,
     responses={
+        200: {
+            "content": {"text/event-stream": {}},
+            "description": "a completion; with `stream: true`, server-sent `chat.completion.chunk` events, then [DONE]",
+        },
         400: {"model": ErrorBody},
         404: {"model": ErrorBody},
         422: {"model": ErrorBody, "description": "no valid result after every attempt (x-should-retry: false)"},
