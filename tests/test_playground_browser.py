@@ -174,8 +174,10 @@ class Page:
 
     def pick(self, task: str) -> None:
         self.page.select_option("select#task", task)
+        # the picked task's own detail, not the one shown before (its late arrival would clear a result)
         self.page.wait_for_function(
-            "name => document.querySelector('#task-version').textContent !== '' && "
+            "name => document.body.dataset.task === name && "
+            "document.querySelector('#task-version').textContent !== '' && "
             "document.querySelector('#fields tbody tr') !== null && "
             "document.querySelector('#example').options.length > 1",
             arg=task,

@@ -111,6 +111,7 @@
       return;
     }
     state.detail = body;
+    document.body.dataset.task = name;  // which task the page shows now (tests wait on it)
     $("task-description").textContent = body.description || body.title || "";
     $("task-version").textContent = body.version ? `version ${body.version}` : "";
     $("task-stale").hidden = !body.stale;
