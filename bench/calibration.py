@@ -118,10 +118,7 @@ async def run(folder: Path, names: list[str], suite: str, args: argparse.Namespa
         started = time.perf_counter()
 
         async def collect(task: Task) -> None:
-            if task.adapter is not None:
-                cases = fitting.held_out_cases(task)
-            else:
-                cases = fitting.pool_cases(task, lines=args.lines, folds=5, seed=0)
+            cases = fitting.own_cases(task, lines=args.lines, folds=5, seed=0)
             pairs[task.name] = await fitting.collect(extractor.arun, cases, concurrency=args.concurrency)
 
         from extractor import pipeline

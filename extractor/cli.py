@@ -512,10 +512,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
             items = gold.load_gold(Path(args.gold), task=task.name, known=extractor.catalog.names())
             shown = [Example(i.text, i.expected) for i in items if i.task == task.name]
             cases += fitting.example_cases(task, shown)
-        elif task.adapter is not None:
-            cases += fitting.held_out_cases(task)
         else:
-            cases += fitting.pool_cases(task, lines=args.lines, folds=args.folds, seed=args.seed)
+            cases += fitting.own_cases(task, lines=args.lines, folds=args.folds, seed=args.seed)
     source = (
         f"{len(cases)} lines of {args.gold}"
         if args.gold

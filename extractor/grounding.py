@@ -61,7 +61,7 @@ def scalar_leaves(data: Any, pointer: str = "") -> Iterator[tuple[str, Any]]:
     """Yield ``(json_pointer, value)`` for every non-null scalar in ``data``, in document order."""
     if isinstance(data, Mapping):
         for key, value in data.items():
-            yield from scalar_leaves(value, f"{pointer}/{str(key).replace('~', '~0').replace('/', '~1')}")
+            yield from scalar_leaves(value, f"{pointer}/{escape_token(str(key))}")
     elif isinstance(data, list):
         for index, value in enumerate(data):
             yield from scalar_leaves(value, f"{pointer}/{index}")
@@ -101,11 +101,12 @@ def _collect_ungrounded(root: Mapping[str, Any], node: Any, path: str, found: se
         for branch in node.get(key) or []:
             _collect_ungrounded(root, branch, path, found, depth + 1)
     for name, child in (node.get("properties") or {}).items():
-        _collect_ungrounded(root, child, f"{path}/{_escape(str(name))}", found, depth + 1)
+        _collect_ungrounded(root, child, f"{path}/{escape_token(str(name))}", found, depth + 1)
     _collect_ungrounded(root, node.get("items"), path, found, depth + 1)
 
 
-def _escape(token: str) -> str:
+def escape_token(token: str) -> str:
+    """One JSON pointer token, escaped (RFC 6901: ``~`` -> ``~0``, ``/`` -> ``~1``)."""
     return token.replace("~", "~0").replace("/", "~1")
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from extractor.config import GrammarBackend
 from extractor.errors import TaskError
-from extractor.tasks import PROMPT_SUFFIXES, Catalog, Task, load_task
+from extractor.tasks import PROMPT_SUFFIXES, Catalog, Task, calibration_path, load_task
 
 VERSION_CHARS = 12
 _MANIFEST = "extractor-adapter.json"
@@ -51,7 +51,7 @@ def task_files(root: Path, name: str, adapter: Path | None = None) -> list[Path]
     files += [root / "prompts" / f"{name}{suffix}" for suffix in PROMPT_SUFFIXES]
     files.append(root / "examples" / f"{name}.jsonl")
     files.append((adapter or root / "adapters" / name) / _MANIFEST)
-    files.append(root / "calibration" / f"{name}.json")  # `extractor calibrate`'s map
+    files.append(calibration_path(root, name))  # `extractor calibrate`'s map
     return files
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from extractor.errors import ConfigError
-from extractor.metrics import normalize
+from extractor.metrics import leaves, normalize
 
 FORMAT = 1
 BINS = 10
@@ -136,8 +136,6 @@ def label(expected: Any, predicted: Iterable[tuple[str, Any]]) -> list[bool]:
 
     Values compare as :mod:`extractor.metrics` does (normalized, a multiset per document).
     """
-    from extractor.metrics import leaves
-
     left = Counter(leaves(expected))
     marks: list[bool] = []
     for path, value in predicted:

@@ -129,6 +129,13 @@ def fit(pairs: Sequence[tuple[float, bool]], *, task: Task, model: str, source: 
     return replace(fitted, scores=scores)
 
 
+def own_cases(task: Task, *, lines: int = DEFAULT_LINES, folds: int = DEFAULT_FOLDS, seed: int = 0) -> list[Case]:
+    """The task's own labelled lines it did not learn from: its adapter's held-out lines, else its pool cross-fitted."""
+    if task.adapter is not None:
+        return held_out_cases(task)
+    return pool_cases(task, lines=lines, folds=folds, seed=seed)
+
+
 def held_out_cases(task: Task) -> list[Case]:
     """The adapter's held-out lines, extracted by the task with a pool that lacks them (its hints too)."""
     examples = held_out_examples(task)
