@@ -203,6 +203,8 @@ async def engine_phase(out: Path, per_task: int, seed_per_task: int, parts: Sequ
         "machine": common.machine(),
         "model": str(settings.model),
         "load_format": settings.load_format,
+        "speculative_tokens": settings.speculative_tokens,
+        "temperature": settings.temperature,
         "concurrency": common.CONCURRENCY,
         "gpu_memory": gpu_memory(),
     }
@@ -367,6 +369,15 @@ async def p5(report: Report, extractor: Extractor, work: list[GoldItem]) -> None
     guidance = extractor.settings.grammar_backend == "guidance"  # the substring grammar is llguidance's Lark
     if guidance:
         rows["grounded"] = await compact.raw_passes(engine, extractor, work, grounded=True, transform=capped)
+
+    def with_logprobs(r: Any) -> Any:  # what the pipeline asks for since confidences (one figure per token)
+        return dataclasses.replace(r, max_tokens=cap, logprobs=True)
+
+    rows["schema_logprobs"] = await compact.raw_passes(engine, extractor, work, transform=with_logprobs)
+    if guidance:
+        rows["grounded_logprobs"] = await compact.raw_passes(
+            engine, extractor, work, grounded=True, transform=with_logprobs
+        )
     # The same three at the matched length with every task mixed, 256 at once (the service under load):
     # one batch per task holds 50-100 sequences, and vLLM fills the token masks of a step serially
     # below 129 structured sequences (StructuredOutputManager.fill_bitmask_parallel_threshold), in

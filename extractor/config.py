@@ -56,6 +56,10 @@ class Settings:
     # blocks only, so smaller blocks keep more of a shared instruction cached (see README).
     block_size: int | None = None
     grammar_backend: GrammarBackend = "guidance"
+    # Prompt-lookup speculation (vLLM's "ngram" proposer): up to this many tokens per step proposed by
+    # matching the answer's last tokens in the prompt, where grounded values and the schema's keys
+    # come from; the model checks them all in one step. 0: off. See README "Speculation".
+    speculative_tokens: int = 0
     # LoRA adapters (``extractor train``): 0 derives the rank from the catalog's adapters (LoRA off without any)
     max_lora_rank: int = 0
     max_loras: int = 8
@@ -140,7 +144,7 @@ class Settings:
         for url in self.remote_base_urls:
             if not url.startswith(("http://", "https://")):
                 raise ConfigError(f"EXTRACTOR_REMOTE_URLS: {url!r} is not an http:// or https:// URL")
-        for name in ("remote_retries", "scripted_delay_s"):
+        for name in ("remote_retries", "scripted_delay_s", "speculative_tokens"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"EXTRACTOR_{name.upper()}: must be >= 0")
         positive = ("max_in_flight", "max_batch_items", "max_body_bytes", "max_text_chars", "chat_max_tokens")

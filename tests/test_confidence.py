@@ -14,7 +14,7 @@ from extractor import Catalog, Extractor, ScriptedEngine, Settings
 from extractor.config import repo_root
 from extractor.engines.base import GenerationRequest
 from extractor.engines.remote import chat_payload, parse_completion
-from extractor.engines.tokenizer import bytes_ends, load_tokenizer, token_ends
+from extractor.engines.tokenizer import bytes_ends, load_tokenizer, prefix_token_ends, token_ends
 from extractor.errors import TaskError
 from extractor.models import resolve_model_dir
 from extractor.review import calibration, confidence
@@ -60,6 +60,23 @@ def test_token_ends_keep_a_character_split_over_byte_tokens_whole() -> None:
     for i, end in enumerate(ends):
         assert tokenizer.decode(ids[: i + 1]).startswith(text[:end])
     assert bytes_ends(["摩".encode()[:2], "摩".encode()[2:] + b"x"]) == (0, 2)
+
+
+def test_incremental_token_ends_agree_with_decoding_every_prefix() -> None:
+    tokenizer = load_tokenizer(resolve_model_dir(Settings.from_env({})))
+    texts = [
+        '{"x": "emoji 😀🎉 café naïve — “quotes” ﬁ  tabs\\t  spaces"}',
+        "  leading spaces . , ! ? don't   ",
+        '{"items": ["摩尔人", "play some music by the beatles"]}' * 6,
+    ]
+    for text in texts:
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        assert token_ends(tokenizer, ids, text) == prefix_token_ends(tokenizer, ids, text)
+    # any token sequence, not only one the tokenizer would choose: byte tokens that never complete a character
+    ids = [tokenizer.convert_tokens_to_ids(t) for t in ("Ã", "¦", "a", "Ã", "b")]
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    assert token_ends(tokenizer, ids, text) == prefix_token_ends(tokenizer, ids, text)
+    assert token_ends(tokenizer, [], "") == ()
 
 
 def test_the_remote_engine_asks_for_and_reads_token_logprobs() -> None:

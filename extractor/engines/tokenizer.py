@@ -36,13 +36,46 @@ def estimate_tokens(messages: Sequence[Message]) -> int:
     return sum(len(m["content"]) // 4 + 4 for m in messages)
 
 
-def token_ends(tokenizer: Any, token_ids: Sequence[int], text: str) -> tuple[int, ...]:
-    """Where each generated token ends in ``text`` (code points), from decoding every prefix.
+# Tokens decoded before the one being placed, so that a tokenizer which treats a sequence's first
+# token apart (a SentencePiece leading space, a byte-level merge) places it as in the whole text.
+_CONTEXT = 4
 
-    Decoding prefixes, not tokens one by one, keeps a character split over two byte tokens
-    (Chinese in byte-level BPE) whole: its first token ends where the character starts. Ends are
-    kept non-decreasing and within ``text`` (a stop string may have cut it).
+
+def token_ends(tokenizer: Any, token_ids: Sequence[int], text: str) -> tuple[int, ...]:
+    """Where each generated token ends in ``text`` (code points), decoded incrementally.
+
+    Each token is placed by decoding a short window ending at it, against the same window without
+    the tokens after the last clean boundary (vLLM's incremental detokenizer does the same), so a
+    long answer costs linear time, not a decode of every prefix. A character split over byte tokens
+    (Chinese in byte-level BPE) stays whole: its first token ends where the character starts. Ends
+    are kept non-decreasing and within ``text`` (a stop string may have cut it).
     """
+
+    def decode(start: int, stop: int) -> str:
+        return str(tokenizer.decode(list(token_ids[start:stop]), skip_special_tokens=True))
+
+    ends: list[int] = []
+    previous = 0
+    anchor = 0  # token_ids[:anchor] decode to a clean text of anchor_end code points
+    anchor_end = 0
+    window = 0
+    base = ""
+    for index in range(len(token_ids)):
+        decoded = decode(window, index + 1)
+        clean = not decoded.endswith("\ufffd")
+        length = len(decoded) if clean else len(decoded.rstrip("\ufffd"))
+        complete = anchor_end + length - len(base)
+        previous = min(len(text), max(previous, complete))
+        ends.append(previous)
+        if clean:
+            anchor, anchor_end = index + 1, complete
+            window = max(0, anchor - _CONTEXT)
+            base = decode(window, anchor)
+    return tuple(ends)
+
+
+def prefix_token_ends(tokenizer: Any, token_ids: Sequence[int], text: str) -> tuple[int, ...]:
+    """``token_ends`` by decoding every prefix (quadratic): the reference the incremental one is tested against."""
     if not token_ids:
         return ()
     prefixes = [list(token_ids[: i + 1]) for i in range(len(token_ids))]

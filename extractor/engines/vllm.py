@@ -47,6 +47,13 @@ def has_cuda() -> bool:
         return False
 
 
+def speculation(tokens: int) -> dict[str, Any] | None:
+    """The prompt-lookup proposer (vLLM's "ngram"): ``tokens`` per step, from a match of 2-5 prompt tokens."""
+    if tokens <= 0:
+        return None
+    return {"method": "ngram", "num_speculative_tokens": tokens, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
+
+
 def _lora_rank(rank: int) -> Any:
     """VLLM takes only some ranks (1, 8, 16, 32, 64, ...): the smallest of them that holds ``rank``."""
     return next((r for r in (1, 8, 16, 32, 64, 128, 256, 320, 512) if r >= rank), 512)
@@ -134,6 +141,7 @@ class VLLMEngine:
             enable_lora=s.max_lora_rank > 0,
             max_lora_rank=_lora_rank(s.max_lora_rank),
             max_loras=s.max_loras,
+            speculative_config=speculation(s.speculative_tokens),
         )
 
     async def _build(self) -> Any:
