@@ -159,6 +159,11 @@ class VLLMEngine:
             if size.note is not None:
                 log.warning("%s", size.note)
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(size.gib)
+        if self._settings.speculative_tokens and not has_cuda():
+            log.warning(
+                "EXTRACTOR_SPECULATIVE_TOKENS on vLLM's CPU backend: sampled (temperature > 0) constrained "
+                "answers came out corrupted in our runs; greedy ones are unchanged (README, Benchmarks)"
+            )
         from vllm.v1.engine.async_llm import AsyncLLM
 
         return AsyncLLM.from_engine_args(self._engine_args())
