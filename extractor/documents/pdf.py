@@ -1,7 +1,8 @@
 """PDF -> text with a box per character, through PDFium (pypdfium2): its text layer, in its reading order.
 
 Lines are joined as a reader reads them: a line break becomes a space, or nothing between two
-wide (CJK) characters, so a value wrapped over two lines (or two pages) is one run of the text.
+wide (CJK) characters, so a value wrapped over two lines (or two pages) is one run of the text;
+after a sentence's final punctuation it becomes a newline.
 A hyphen PDFium marks as a line-end hyphen is dropped and the word joined ("exam-/ple" ->
 "example"). The order is PDFium's (the content stream's); columns a producer wrote out of order
 are not re-ordered. Pages without a text layer (scans) have no text: a PDF with none at all is
@@ -33,6 +34,21 @@ MAX_RENDER_PIXELS = 2400  # the longer side of a rendered page image
 
 def _wide(char: str) -> bool:
     return unicodedata.east_asian_width(char) in ("W", "F")
+
+
+_SENTENCE_ENDS = frozenset("。！？；：.!?;:")
+
+
+def _separator(previous: str, following: str) -> str:
+    """What a line break between two characters becomes: a newline after a sentence, else a space, else nothing.
+
+    Nothing between two wide (CJK) characters: Chinese and Japanese wrap mid-word, without spaces.
+    """
+    if previous.isspace():
+        return ""
+    if previous in _SENTENCE_ENDS:
+        return "\n"
+    return "" if _wide(previous) and _wide(following) else " "
 
 
 def open_pdf(data: bytes, *, limits: Limits) -> pdfium.PdfDocument:
@@ -93,8 +109,12 @@ def _convert(pdf: pdfium.PdfDocument, *, limits: Limits, name: str | None) -> Do
         count = textpage.count_chars()
         before = length
         try:
+            low = False  # the previous character was a surrogate pair's high half: this one is done
             for i in range(count):
-                char = chr(raw.FPDFText_GetUnicode(textpage, i))
+                if low:
+                    low = False
+                    continue
+                char, low = _char(textpage, i, count)
                 if char in "\r\n":
                     end_line(page_number)
                     pending_break = True
@@ -103,9 +123,9 @@ def _convert(pdf: pdfium.PdfDocument, *, limits: Limits, name: str | None) -> Do
                     joined = True  # PDFium's line-end hyphen: the word goes on on the next line
                     continue
                 if pending_break and length > 0:
-                    previous = out[-1]
-                    if not joined and not previous.isspace() and not (_wide(previous) and _wide(char)):
-                        out.append(" ")
+                    separator = "" if joined else _separator(out[-1], char)
+                    if separator:
+                        out.append(separator)
                         boxes.extend((_NAN, _NAN, _NAN, _NAN))
                         length += 1
                     line_start = length
@@ -140,6 +160,18 @@ def _convert(pdf: pdfium.PdfDocument, *, limits: Limits, name: str | None) -> Do
         shown = ", ".join(map(str, empty_pages[:20])) + (" ..." if len(empty_pages) > 20 else "")
         notes = (f"pages without text (images or scans, not read): {shown}",)
     return Document(text, PDF, tuple(segments), tuple(sizes), boxes, name=name, notes=notes)
+
+
+def _char(textpage: pdfium.PdfTextPage, i: int, count: int) -> tuple[str, bool]:
+    """Character ``i`` (PDFium counts UTF-16 units: a pair is one character), and whether it took ``i + 1`` too."""
+    code = raw.FPDFText_GetUnicode(textpage, i)
+    if 0xD800 <= code < 0xDC00 and i + 1 < count:
+        following = raw.FPDFText_GetUnicode(textpage, i + 1)
+        if 0xDC00 <= following < 0xE000:
+            return chr(0x10000 + ((code - 0xD800) << 10) + (following - 0xDC00)), True
+    if 0xD800 <= code < 0xE000:
+        return "\ufffd", False  # half a pair: a broken font map
+    return chr(code), False
 
 
 def _at_line_end(textpage: pdfium.PdfTextPage, i: int, count: int) -> bool:
