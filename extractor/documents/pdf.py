@@ -2,7 +2,8 @@
 
 Lines are joined as a reader reads them: a line break becomes a space, or nothing between two
 wide (CJK) characters, so a value wrapped over two lines (or two pages) is one run of the text;
-after a sentence's final punctuation it becomes a newline.
+after a sentence's final punctuation, or above a gap of over half a line (a new paragraph), it
+becomes a newline.
 A hyphen PDFium marks as a line-end hyphen is dropped and the word joined ("exam-/ple" ->
 "example"). The order is PDFium's (the content stream's); columns a producer wrote out of order
 are not re-ordered. Pages without a text layer (scans) have no text: a PDF with none at all is
@@ -93,6 +94,7 @@ def _convert(pdf: pdfium.PdfDocument, *, limits: Limits, name: str | None) -> Do
     joined = False  # the line ended in a dropped hyphen: join without a separator
     line_start = 0
     length = 0
+    last: tuple[int, float, float] | None = None  # page, top and bottom of the last character with ink
 
     def end_line(page: int) -> None:
         nonlocal line_start
@@ -122,19 +124,23 @@ def _convert(pdf: pdfium.PdfDocument, *, limits: Limits, name: str | None) -> Do
                 if char in _SOFT_HYPHENS and _at_line_end(textpage, i, count):
                     joined = True  # PDFium's line-end hyphen: the word goes on on the next line
                     continue
+                box = (_NAN, _NAN, _NAN, _NAN)
+                if not (char.isspace() or raw.FPDFText_IsGenerated(textpage, i)):
+                    raw.FPDFText_GetLooseCharBox(textpage, i, ctypes.byref(rect))
+                    box = (rect.left, height - rect.top, rect.right, height - rect.bottom)
                 if pending_break and length > 0:
-                    separator = "" if joined else _separator(out[-1], char)
+                    # a gap of over half a line above this line (same page): a new paragraph
+                    gap = last is not None and last[0] == page_number and box[1] - last[2] > 0.5 * (last[2] - last[1])
+                    separator = "" if joined else "\n" if gap else _separator(out[-1], char)
                     if separator:
                         out.append(separator)
                         boxes.extend((_NAN, _NAN, _NAN, _NAN))
                         length += 1
                     line_start = length
                 pending_break = joined = False
-                if char.isspace() or raw.FPDFText_IsGenerated(textpage, i):
-                    boxes.extend((_NAN, _NAN, _NAN, _NAN))
-                else:
-                    raw.FPDFText_GetLooseCharBox(textpage, i, ctypes.byref(rect))
-                    boxes.extend((rect.left, height - rect.top, rect.right, height - rect.bottom))
+                boxes.extend(box)
+                if box[0] == box[0]:  # not NaN: this character has ink
+                    last = (page_number, box[1], box[3])
                 out.append(char)
                 length += 1
                 if length > limits.max_chars:
