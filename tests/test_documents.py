@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -119,8 +120,8 @@ def test_plain_text_passes_through_with_offsets_only() -> None:
     assert document.text == LANDMARK_TEXT and document.locate(0, 3).boxes == ()
 
 
-def test_read_takes_a_path(tmp_path: pytest.TempPathFactory, chromium: Printer) -> None:
-    path = tmp_path / "report.pdf"  # type: ignore[operator]
+def test_read_takes_a_path(tmp_path: Path, chromium: Printer) -> None:
+    path = tmp_path / "report.pdf"
     path.write_bytes(chromium.print_pages(landmark_pages()).pdf)
     document = documents.read(path)
     assert document.name == "report.pdf" and PERIOD in document.text

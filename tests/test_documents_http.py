@@ -133,6 +133,21 @@ async def test_page_image_of_a_pdf(client: httpx.AsyncClient, printed: Printed) 
     assert html.status_code == 422
 
 
+async def test_document_limits_are_a_413_naming_the_setting(
+    catalog: Any, settings: Any, engine: ScriptedEngine, printed: Printed
+) -> None:
+    from extractor.server import create_app
+
+    small = Extractor(settings=settings.with_(max_document_pages=1), engine=engine, catalog=catalog)
+    transport = httpx.ASGITransport(app=create_app(small))
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        response = await client.post("/extract/landmark_slots", files={"file": ("a.pdf", printed.pdf)})
+    assert response.status_code == 413, response.text
+    body = response.json()
+    assert body["error"] == "document_too_large" and "EXTRACTOR_MAX_DOCUMENT_PAGES" in body["message"]
+    assert engine.history == []
+
+
 async def test_unknown_task_is_404_before_any_conversion(client: httpx.AsyncClient) -> None:
     response = await client.post("/extract/nope", files={"file": ("x.pdf", b"%PDF-1.7 broken", "application/pdf")})
     assert response.status_code == 404
