@@ -3,11 +3,11 @@
 Lines are joined as a reader reads them: a line break becomes a space, or nothing between two
 wide (CJK) characters, so a value wrapped over two lines (or two pages) is one run of the text;
 after a sentence's final punctuation, or above a gap of over half a line (a new paragraph), it
-becomes a newline.
-A hyphen PDFium marks as a line-end hyphen is dropped and the word joined ("exam-/ple" ->
-"example"). The order is PDFium's (the content stream's); columns a producer wrote out of order
-are not re-ordered. Pages without a text layer (scans) have no text: a PDF with none at all is
-refused, since extractor does not run OCR.
+becomes a newline. A hyphen PDFium marks as a line-end hyphen is dropped and the word joined
+("exam-/ple" -> "example"). The order is PDFium's (the content stream's); columns a producer
+wrote out of order are not re-ordered. Boxes are relative to the crop box's top-left corner (what
+a renderer draws); a page's /Rotate is not applied to them. Pages without a text layer (scans)
+have no text: a PDF with none at all is refused, since extractor does not run OCR.
 """
 
 from __future__ import annotations
@@ -106,6 +106,8 @@ def _convert(pdf: pdfium.PdfDocument, *, limits: Limits, name: str | None) -> Do
         page_number = index + 1
         page = pdf[index]
         width, height = page.get_size()
+        # boxes relative to the visible page (the crop box, which is what a renderer draws)
+        left, _, _, top = page.get_cropbox()
         sizes.append(PageSize(round(width, 2), round(height, 2)))
         textpage = page.get_textpage()
         count = textpage.count_chars()
@@ -127,7 +129,7 @@ def _convert(pdf: pdfium.PdfDocument, *, limits: Limits, name: str | None) -> Do
                 box = (_NAN, _NAN, _NAN, _NAN)
                 if not (char.isspace() or raw.FPDFText_IsGenerated(textpage, i)):
                     raw.FPDFText_GetLooseCharBox(textpage, i, ctypes.byref(rect))
-                    box = (rect.left, height - rect.top, rect.right, height - rect.bottom)
+                    box = (rect.left - left, top - rect.top, rect.right - left, top - rect.bottom)
                 if pending_break and length > 0:
                     # a gap of over half a line above this line (same page): a new paragraph
                     gap = last is not None and last[0] == page_number and box[1] - last[2] > 0.5 * (last[2] - last[1])
