@@ -6,9 +6,12 @@ Public API: :func:`extract`, :func:`aextract`, :class:`Extractor`, tasks, result
 from extractor.api import Extractor, aextract, extract
 from extractor.chat import ChatReply
 from extractor.config import Settings
+from extractor.documents import Document
 from extractor.engines import Engine, ScriptedEngine
 from extractor.errors import (
     ConfigError,
+    DocumentError,
+    DocumentTooLargeError,
     EngineError,
     ExtractionFailed,
     ExtractorError,
@@ -26,6 +29,9 @@ __all__ = [
     "Catalog",
     "ChatReply",
     "ConfigError",
+    "Document",
+    "DocumentError",
+    "DocumentTooLargeError",
     "Engine",
     "EngineError",
     "ExtractionFailed",

@@ -17,13 +17,31 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from extractor import pipeline
 from extractor.api import Extractor
-from extractor.errors import EngineError, ExtractionFailed, ExtractorError, TextTooLongError
+from extractor.errors import (
+    DocumentError,
+    DocumentTooLargeError,
+    EngineError,
+    ExtractionFailed,
+    ExtractorError,
+    TextTooLongError,
+)
 from extractor.grounding import GroundingPolicy
 from extractor.journal import Journal, write_atomic
 from extractor.progress import Progress
 from extractor.results import ExtractionResult
-from extractor.rows import DEFAULT_MAX_CHARS, BadRow, Row, RowKey, count_lines, key_of, read_rows, row_key
+from extractor.rows import (
+    DEFAULT_MAX_CHARS,
+    BadRow,
+    Row,
+    RowKey,
+    count_lines,
+    document_rows,
+    key_of,
+    read_rows,
+    row_key,
+)
 
 
 @dataclass(frozen=True)
@@ -156,22 +174,36 @@ def result_record(row: Row, result: ExtractionResult) -> dict[str, Any]:
 
 
 async def extract_row(extractor: Extractor, config: BatchConfig, row: Row) -> dict[str, Any]:
-    """Extract one row into its record; only an engine failure raises."""
+    """Extract one row (a text, or a document of a folder) into its record; only an engine failure raises."""
     try:
-        result = await extractor.aextract(
-            config.task,
-            row.text,
-            temperature=config.temperature,
-            max_tokens=config.max_tokens,
-            max_attempts=config.max_attempts,
-            grounding=config.grounding,
-            grounded_decoding=config.grounded_decoding,
-        )
+        if row.document is not None:
+            options = pipeline.Options(
+                temperature=config.temperature,
+                max_tokens=config.max_tokens,
+                max_attempts=config.max_attempts,
+                grounding=config.grounding,
+                grounded_decoding=config.grounded_decoding,
+            )
+            result = await extractor.aextract_document(config.task, row.document, options=options)
+        else:
+            result = await extractor.aextract(
+                config.task,
+                row.text,
+                temperature=config.temperature,
+                max_tokens=config.max_tokens,
+                max_attempts=config.max_attempts,
+                grounding=config.grounding,
+                grounded_decoding=config.grounded_decoding,
+            )
     except ExtractionFailed as error:
         attempts = [a.model_dump(mode="json") for a in error.attempts]
         return error_record(row, "extraction_failed", str(error), attempts)
     except TextTooLongError as error:
         return error_record(row, "text_too_long", str(error))
+    except DocumentTooLargeError as error:
+        return error_record(row, "document_too_large", str(error))
+    except DocumentError as error:
+        return error_record(row, "bad_document", str(error))
     except EngineError:
         raise  # not the row's fault: stop, and let a re-run retry it
     except ExtractorError as error:
@@ -220,9 +252,14 @@ async def run_batch(extractor: Extractor, config: BatchConfig, *, progress: Prog
 async def _pump(extractor: Extractor, config: BatchConfig, done: set[RowKey], writer: _Writer) -> None:
     pending: set[asyncio.Task[dict[str, Any]]] = set()
     try:
-        for item in read_rows(
-            config.input, text_field=config.text_field, id_field=config.id_field, max_chars=config.max_chars
-        ):
+        items = (
+            document_rows(config.input)
+            if config.input.is_dir()
+            else read_rows(
+                config.input, text_field=config.text_field, id_field=config.id_field, max_chars=config.max_chars
+            )
+        )
+        for item in items:
             if key_of(item) in done:
                 continue
             if isinstance(item, BadRow):

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from extractor.config import Settings, parse_bool
-from extractor.errors import ConfigError, ExtractionFailed, ExtractorError
+from extractor.errors import ConfigError, ExtractionFailed, ExtractorError, UnsupportedDocumentError
 
 if TYPE_CHECKING:
     from extractor.api import Extractor
+    from extractor.documents import Document
     from extractor.gold import GoldItem
 
 _SETTING_HELP = {
@@ -148,11 +149,14 @@ def _engine_output_to_stderr() -> Iterator[None]:
 
 def _cmd_extract(args: argparse.Namespace) -> int:
     from extractor.api import Extractor
+    from extractor.documents import TEXT
 
+    document: Document | None = None
     if args.text is not None:
         text = args.text
     elif args.file is not None:
-        text = Path(args.file).read_text(encoding="utf-8")
+        document = _read_file(Path(args.file), _settings(args))
+        text = document.text
     elif not sys.stdin.isatty():
         text = sys.stdin.read()
     else:
@@ -162,16 +166,18 @@ def _cmd_extract(args: argparse.Namespace) -> int:
     # The engine logs while it starts, works and shuts down: all of it inside the redirect.
     with _engine_output_to_stderr():
         try:
-            result = extractor.extract(
-                args.task,
-                text,
-                temperature=args.temperature,
-                max_attempts=args.max_attempts,
-                max_tokens=args.max_tokens,
-                grounding=args.grounding,
-                chunk=args.chunk,
-                grounded_decoding=args.grounded_decoding,
-            )
+            options = {
+                "temperature": args.temperature,
+                "max_attempts": args.max_attempts,
+                "max_tokens": args.max_tokens,
+                "grounding": args.grounding,
+                "chunk": args.chunk,
+                "grounded_decoding": args.grounded_decoding,
+            }
+            if document is not None and document.media_type != TEXT:
+                result = extractor.extract_document(args.task, document, **options)
+            else:
+                result = extractor.extract(args.task, text, **options)
         except ExtractionFailed as error:
             failed: ExtractionFailed | None = error
         else:
@@ -189,6 +195,22 @@ def _cmd_extract(args: argparse.Namespace) -> int:
         return 1
     _print_json(result.model_dump(mode="json"))
     return 0
+
+
+def _read_file(path: Path, settings: Settings) -> Document:
+    """``--file``: a PDF, HTML or DOCX converts (its spans get locations); any other file is read as UTF-8 text."""
+    from extractor import documents
+
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise ExtractorError(f"{path}: cannot read it ({error.strerror})") from None
+    limits = documents.Limits.from_settings(settings)
+    try:
+        documents.media_type_of(data, name=path.name)
+    except UnsupportedDocumentError:
+        return documents.convert(data, media_type=documents.TEXT, name=path.name, limits=limits)  # .json, .csv...
+    return documents.convert(data, name=path.name, limits=limits)
 
 
 def _cmd_tasks(args: argparse.Namespace) -> int:
@@ -576,7 +598,9 @@ def build_parser() -> argparse.ArgumentParser:
     extract.add_argument("task")
     source = extract.add_mutually_exclusive_group()
     source.add_argument("--text", help="the text (default: stdin)")
-    source.add_argument("--file", help="read the text from this file")
+    source.add_argument(
+        "--file", help="read the text from this file: a PDF, HTML or DOCX converts and each value gets its location"
+    )
     extract.add_argument("--grounding", choices=["strict", "flag", "off"])
     extract.add_argument(
         "--chunk",
@@ -615,7 +639,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     batch = commands.add_parser("batch", help="extract every line of a JSONL file into a JSONL file, resumably")
     batch.add_argument("task")
-    batch.add_argument("input", metavar="IN.jsonl", help="one JSON object per line")
+    batch.add_argument(
+        "input",
+        metavar="IN.jsonl|FOLDER",
+        help="one JSON object per line, or a folder of documents (PDF, HTML, DOCX, text): one record per file",
+    )
     batch.add_argument("output", metavar="OUT.jsonl", help="one record per input line; re-run to resume")
     batch.add_argument("--text-field", default="text", help="the key holding the text (default: text)")
     batch.add_argument("--id-field", default="id", help="the key holding the row id (default: id; else line number)")

@@ -94,6 +94,9 @@ class Settings:
     max_batch_items: int = 256
     max_body_bytes: int = 1_048_576
     max_text_chars: int = 100_000
+    # documents (PDF, HTML, DOCX): pages read at most, characters their text may convert to
+    max_document_pages: int = 1000
+    max_document_chars: int = 1_000_000
     request_timeout_s: float = 120.0
     ready_cache_s: float = 5.0
     shutdown_timeout_s: float = 30.0
@@ -147,7 +150,15 @@ class Settings:
         for name in ("remote_retries", "scripted_delay_s", "speculative_tokens"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"EXTRACTOR_{name.upper()}: must be >= 0")
-        positive = ("max_in_flight", "max_batch_items", "max_body_bytes", "max_text_chars", "chat_max_tokens")
+        positive = (
+            "max_in_flight",
+            "max_batch_items",
+            "max_body_bytes",
+            "max_text_chars",
+            "max_document_pages",
+            "max_document_chars",
+            "chat_max_tokens",
+        )
         timeouts = ("remote_timeout_s", "request_timeout_s", "shutdown_timeout_s", "body_timeout_s", "header_timeout_s")
         for name in (*positive, *timeouts):
             if getattr(self, name) <= 0:

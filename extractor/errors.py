@@ -187,3 +187,23 @@ class CorrectionError(ReviewError):
 
 class ReviewStoreError(ReviewError):
     """The review database cannot be reached or refused the work: HTTP 503; the message names the database."""
+
+
+class DocumentError(InputError):
+    """A document cannot be read (corrupt, not what its media type says): HTTP 422; the message says what to fix."""
+
+
+class UnsupportedDocumentError(DocumentError):
+    """A document of a media type extractor does not read: HTTP 415; the message lists the ones it does."""
+
+
+class EncryptedDocumentError(DocumentError):
+    """A password-protected PDF: HTTP 422."""
+
+
+class NoTextLayerError(DocumentError):
+    """A PDF with no text layer at all (a scan): HTTP 422; extractor does not run OCR."""
+
+
+class DocumentTooLargeError(PayloadTooLargeError):
+    """A document over a limit: pages, converted characters, or a DOCX's unpacked size (a zip bomb): HTTP 413."""

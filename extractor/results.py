@@ -24,6 +24,48 @@ class Usage(BaseModel):
         )
 
 
+class BoxModel(BaseModel):
+    """A rectangle on a PDF page: points (1/72 inch) from the page's top-left corner, as the page is drawn."""
+
+    page: int = Field(description="1-based page number")
+    x0: float
+    y0: float
+    x1: float
+    y1: float
+
+
+class LocationModel(BaseModel):
+    """Where a span sits in the document it was converted from."""
+
+    pages: list[int] = Field(default_factory=list, description="PDF: the 1-based pages the span is on")
+    boxes: list[BoxModel] = Field(default_factory=list, description="PDF: one box per line the span touches")
+    elements: list[str] = Field(
+        default_factory=list,
+        description="HTML: XPath of each element holding part of the span; DOCX: body path (/body/p[3], "
+        "/body/tbl[1]/tr[2]/tc[1]/p[1])",
+    )
+    paragraphs: list[int] = Field(
+        default_factory=list, description="DOCX: 0-based indices of the paragraphs (table cells' included)"
+    )
+
+
+class PageModel(BaseModel):
+    """A PDF page's size in points."""
+
+    width: float
+    height: float
+
+
+class DocumentModel(BaseModel):
+    """The document a result was extracted from: spans' offsets point into ``text``, its conversion."""
+
+    name: str | None = None
+    media_type: str
+    pages: list[PageModel] = Field(default_factory=list, description="PDF: each page's size, in order")
+    text: str = Field(description="the text the document converted to: every span's start/end index it")
+    notes: list[str] = Field(default_factory=list, description="what the conversion left out (pages with no text)")
+
+
 class SpanModel(BaseModel):
     """Where one extracted string sits in the source text (code-point offsets)."""
 
@@ -40,6 +82,9 @@ class SpanModel(BaseModel):
         description="the probability that this value is right, from the model's own token probabilities under "
         "the constraint (calibrated on the task's pool when `extractor calibrate` was run); null when the engine "
         "gave no token probabilities",
+    )
+    location: LocationModel | None = Field(
+        default=None, description="for a document: where the span sits in it (null for a plain text, or not found)"
     )
 
 
@@ -115,6 +160,9 @@ class ExtractionResult(BaseModel):
     cuts: int = Field(
         default=0,
         description="attempts cut at max_tokens (finish reason `length`); each was re-asked with a larger budget",
+    )
+    document: DocumentModel | None = Field(
+        default=None, description="when a document was sent: its media type, pages and converted text"
     )
     attempts: list[Attempt]
     usage: Usage

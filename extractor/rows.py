@@ -24,11 +24,16 @@ DEFAULT_MAX_CHARS = 100_000
 
 @dataclass(frozen=True)
 class Row:
-    """A line to extract from. ``id`` is the row's id, or its line number when it has none."""
+    """A line to extract from. ``id`` is the row's id, or its line number when it has none.
+
+    A row of a folder of documents has the file in ``document`` (its name is the id, its place
+    in the sorted folder the line) and no text: the document converts when its turn comes.
+    """
 
     line: int
     id: RowId
     text: str
+    document: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -109,8 +114,21 @@ def parse_line(raw: bytes, number: int, *, text_field: str, id_field: str, max_c
     return Row(number, row_id, text)
 
 
+def document_files(folder: Path) -> list[Path]:
+    """The files of a folder of documents, by name (hidden files and subfolders left out)."""
+    return sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+
+
+def document_rows(folder: Path) -> Iterator[Row]:
+    """One row per file of ``folder`` (see :func:`document_files`): id its name, line its place."""
+    for number, path in enumerate(document_files(folder), start=1):
+        yield Row(number, path.name, "", document=path)
+
+
 def count_lines(path: Path) -> int:
-    """Lines in ``path`` as :func:`read_rows` counts them (a last line without newline counts)."""
+    """Lines in ``path`` as :func:`read_rows` counts them (a last line without newline counts); a folder's files."""
+    if path.is_dir():
+        return len(document_files(path))
     count, last = 0, b"\n"
     with path.open("rb") as stream:
         while chunk := stream.read(1 << 20):

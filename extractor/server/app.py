@@ -16,7 +16,7 @@ from starlette.types import Scope
 
 from extractor.api import Extractor
 from extractor.errors import ExtractorError
-from extractor.server import access, openai, playground, review
+from extractor.server import access, openai, pages, playground, review
 from extractor.server.errors import NOT_FOUND_MESSAGE, error_response
 from extractor.server.middleware import METRICS_LABELS, HttpGate
 from extractor.server.openai.routes import ROUTE_LABEL as OPENAI_ROUTE
@@ -26,6 +26,7 @@ from extractor.server.reviewing import ReviewDesk
 from extractor.server.routes import router
 from extractor.server.service import Service
 from extractor.server.strict_json import StrictJsonGate
+from extractor.server.uploads import UploadGate
 
 __all__ = ["NOT_FOUND_MESSAGE", "create_app", "error_response"]
 # The routes that admit engine jobs (POST): the gate asks the service before reading their bodies.
@@ -68,10 +69,12 @@ def create_app(
     app.state.review = ReviewDesk(service, reloader)
     app.include_router(router)
     app.include_router(review.router)
+    app.include_router(pages.router)
     openai.install(app, service)
     if extractor.settings.playground:
         app.include_router(playground.router)
     app.add_middleware(StrictJsonGate)  # inside the gate: it sees the body once the gate has read it
+    app.add_middleware(UploadGate)  # a multipart upload becomes its JSON body, before the JSON checks
     app.add_middleware(
         HttpGate,
         metrics=service.metrics,

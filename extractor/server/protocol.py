@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from extractor.results import Attempt, ExtractionResult
 
@@ -45,18 +46,60 @@ class ExtractOptions(BaseModel):
     )
 
 
-class ExtractRequest(BaseModel):
-    """Body of ``POST /extract/{task}``."""
+class DocumentIn(BaseModel):
+    """A document sent in a JSON body (a multipart upload's ``file`` part becomes one of these)."""
 
     model_config = STRICT
 
-    text: str = Field(min_length=1, description="the text to extract from")
+    content: str = Field(min_length=1, description="the file's bytes, base64 (RFC 4648, with padding)")
+    media_type: str | None = Field(
+        default=None,
+        max_length=200,
+        description="application/pdf, text/html, application/vnd.openxmlformats-officedocument."
+        "wordprocessingml.document or text/plain; null: told by the content (and `name`)",
+    )
+    name: str | None = Field(default=None, max_length=255, description="the file's name, echoed in the result")
+
+
+# Either `text` or `document`, as the schema says: the fields are not nullable there (null is taken as absent).
+ONE_SOURCE: dict[str, Any] = {"oneOf": [{"required": ["text"]}, {"required": ["document"]}]}
+
+
+def _not_null(value: Any) -> Any:
+    if value is None:
+        raise ValueError("null is not allowed here: leave the field out")
+    return value
+
+
+def _one_source(text: str | None, document: DocumentIn | None) -> None:
+    if (text is None) == (document is None):
+        raise ValueError("send either `text` or `document` (a base64 file), not both and not neither")
+
+
+class ExtractRequest(BaseModel):
+    """Body of ``POST /extract/{task}``: a text, or a document (or a multipart upload with a ``file`` part)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=ONE_SOURCE)
+
+    text: Annotated[str, Field(min_length=1)] | SkipJsonSchema[None] = Field(
+        default=None, description="the text to extract from"
+    )
+    document: DocumentIn | SkipJsonSchema[None] = Field(
+        default=None, description="a PDF, HTML, DOCX or text file instead of `text`: each span gets its location"
+    )
     options: ExtractOptions = Field(default_factory=ExtractOptions)
     review: bool = Field(
         default=False,
         description="send the result to the review queue whatever its confidence (the task's "
         "`x-extractor.review.below` sends the results under it either way)",
     )
+
+    _present = field_validator("text", "document", mode="before")(_not_null)
+
+    @model_validator(mode="after")
+    def _source(self) -> ExtractRequest:
+        _one_source(self.text, self.document)
+        return self
 
 
 class ExtractOut(ExtractionResult):
@@ -70,10 +113,18 @@ class ExtractOut(ExtractionResult):
 class BatchItem(BaseModel):
     """One text of a batch. Problems with the text itself become this item's error record."""
 
-    model_config = STRICT
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=ONE_SOURCE)
 
     id: str | Integer | None = Field(default=None, description="echoed in the item's result, for matching")
-    text: str
+    text: str | SkipJsonSchema[None] = None
+    document: DocumentIn | SkipJsonSchema[None] = Field(default=None, description="a document instead of `text`")
+
+    _present = field_validator("text", "document", mode="before")(_not_null)
+
+    @model_validator(mode="after")
+    def _source(self) -> BatchItem:
+        _one_source(self.text, self.document)
+        return self
 
 
 class BatchRequest(BaseModel):

@@ -51,8 +51,13 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         ),
         (404, "unknown task"),
         (408, "the body did not arrive within body_timeout_s"),
-        (413, "body or text over the limit"),
-        (422, "bad body, or no valid result after every attempt"),
+        (413, "body, text or document over the limit (pages, characters, a DOCX's unpacked size)"),
+        (415, "a document of a type extractor does not read (PDF, HTML, DOCX and text only)"),
+        (
+            422,
+            "bad body, no valid result after every attempt, or a document that cannot be read "
+            "(corrupt, encrypted, no text layer)",
+        ),
         (429, "over the admission limit (see Retry-After)"),
         (502, "the remote engine's servers failed on every try"),
         (503, "engine not ready, or the review queue's database unavailable (a result sent to review)"),
@@ -68,8 +73,12 @@ def _service(request: Request) -> Service:
 
 @router.post("/extract/{task}", response_model=ExtractOut, responses=_ERRORS)
 async def extract(task: str, body: ExtractRequest, request: Request) -> Any:
-    """Extract ``task`` from ``body.text`` (sent to the review queue when asked, or under the task's threshold)."""
-    done = await _service(request).extract(task, body.text, body.options, review=body.review)
+    """Extract ``task`` from ``body.text`` or ``body.document`` (sent to review when asked, or under the threshold).
+
+    Also takes ``multipart/form-data``: a ``file`` part (the document), optional ``options`` (JSON)
+    and ``review`` (true/false) parts.
+    """
+    done = await _service(request).extract(task, body.text, body.options, review=body.review, document=body.document)
     fields = {name: getattr(done.result, name) for name in ExtractionResult.model_fields}
     return ExtractOut.model_construct(**fields, review_id=done.review_id)
 

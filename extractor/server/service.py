@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Sequence
@@ -13,10 +15,12 @@ from typing import Any
 import jinja2
 import jinja2.meta
 
-from extractor import chat
+from extractor import chat, documents
 from extractor.api import Extractor
+from extractor.documents.provenance import attach
 from extractor.engines.base import Generation, GenerationRequest, stream_text
 from extractor.errors import (
+    DocumentError,
     EngineDeadError,
     EngineNotReadyError,
     ExtractionFailed,
@@ -32,7 +36,7 @@ from extractor.results import ExtractionResult
 from extractor.review.store import ReviewStore
 from extractor.server.admission import Admission, Ticket
 from extractor.server.metrics import Metrics
-from extractor.server.protocol import BatchItem, ChatRequest, ExtractOptions
+from extractor.server.protocol import BatchItem, ChatRequest, DocumentIn, ExtractOptions
 from extractor.tasks import TASK_NAME, Catalog, Task
 
 log = logging.getLogger("extractor.server")
@@ -251,19 +255,56 @@ class Service:
             "its engine work was aborted"
         )
 
-    async def extract(self, task: str, text: str, options: ExtractOptions, *, review: bool = False) -> Extracted:
-        """One extraction: 404, 413, 503, 429 in that order, then the pipeline under the deadline.
+    async def read_document(self, upload: DocumentIn) -> documents.Document:
+        """A sent document converted to text (in a worker thread): 415, 422 or 413 for a bad one.
 
-        (Over HTTP, :meth:`refusal` may answer 503 or 429 before the body is even read.) Once the
-        pipeline has returned, the result is stored in the review queue when :func:`needs_review`
-        says so (``review``: asked for by the request); a queue that cannot store it is a 503.
+        Its cost is bounded before the engine sees anything: the body limit bounds its bytes, the
+        page and character limits (EXTRACTOR_MAX_DOCUMENT_PAGES, _CHARS) its conversion.
+        """
+        try:
+            data = base64.b64decode(upload.content, validate=True)
+        except (binascii.Error, ValueError):
+            raise DocumentError("document.content is not base64 (RFC 4648, with padding)") from None
+        limits = documents.Limits.from_settings(self.settings)
+        return await asyncio.to_thread(
+            documents.convert, data, media_type=upload.media_type, name=upload.name, limits=limits
+        )
+
+    async def _source(self, text: str | None, document: DocumentIn | None) -> tuple[str, documents.Document | None]:
+        """The text to extract from: ``text`` checked, or ``document`` converted."""
+        if document is not None:
+            converted = await self.read_document(document)
+            chat.check_unicode("document", converted.text)
+            return converted.text, converted
+        assert text is not None  # the wire models hold exactly one of the two
+        self._check_text(text)
+        return text, None
+
+    async def extract(
+        self,
+        task: str,
+        text: str | None,
+        options: ExtractOptions,
+        *,
+        review: bool = False,
+        document: DocumentIn | None = None,
+    ) -> Extracted:
+        """One extraction: 404, 413 (415, 422 for a document), 503, 429 in that order, then the pipeline.
+
+        (Over HTTP, :meth:`refusal` may answer 503 or 429 before the body is even read.) A
+        document converts to text first; the result's spans then get their locations in it. Once
+        the pipeline has returned, the result is stored in the review queue when
+        :func:`needs_review` says so (``review``: asked for by the request); a queue that cannot
+        store it is a 503.
         """
         spec = self.task(task)  # the version this request runs, whatever reloads meanwhile
-        self._check_text(text)
+        source, converted = await self._source(text, document)
         await self._accepting()
         with self.admission.admit(1):
-            result = await self._run(spec, text, options, deadline=self._deadline())
-        return Extracted(result, await self._queue(spec, text, result, requested=review))
+            result = await self._run(spec, source, options, deadline=self._deadline())
+        if converted is not None:
+            result = attach(result, converted)
+        return Extracted(result, await self._queue(spec, source, result, requested=review))
 
     async def _queue(self, task: Task, text: str, result: ExtractionResult, *, requested: bool) -> int | None:
         """Store ``result`` in the review queue when it needs review; its item's id, else None."""
@@ -297,16 +338,18 @@ class Service:
         await self._accepting()
         deadline = self._deadline()
 
-        async def one(text: str) -> Extracted | ExtractorError:
+        async def one(item: BatchItem) -> Extracted | ExtractorError:
             try:
-                self._check_text(text)
+                text, converted = await self._source(item.text, item.document)
                 result = await self._run(spec, text, options, deadline=deadline)
+                if converted is not None:
+                    result = attach(result, converted)
                 return Extracted(result, await self._queue(spec, text, result, requested=review))
             except ExtractorError as error:
                 return error
 
         with self.admission.admit(len(items)):
-            return list(await asyncio.gather(*(one(item.text) for item in items)))
+            return list(await asyncio.gather(*(one(item) for item in items)))
 
     async def extract_task(self, task: Task, text: str, options: Options, *, label: str) -> ExtractionResult:
         """One extraction of a task object (a catalog task or one built from a request's schema).

@@ -159,11 +159,26 @@
     return body;
   }
 
+  function chosenFile() {
+    const files = $("file").files;
+    return files && files.length ? files[0] : null;
+  }
+
+  // A document goes as a multipart upload (`file`, `options`, `review`): the same request as the JSON body.
+  function uploadBody(file, body) {
+    const form = new FormData();
+    form.append("file", file, file.name);
+    if (body.options) form.append("options", JSON.stringify(body.options));
+    if (body.review) form.append("review", "true");
+    return form;
+  }
+
   async function run(retries) {
     const task = $("task").value;
     const body = requestBody();
-    if (!task || !body.text) {
-      setStatus(task ? "type or paste a text first" : "no task loaded", "warn");
+    const file = chosenFile();
+    if (!task || (!body.text && !file)) {
+      setStatus(task ? "type or paste a text, or choose a document, first" : "no task loaded", "warn");
       return;
     }
     clearTimeout(state.timer);
@@ -172,11 +187,10 @@
     $("error").hidden = true;
     let answer;
     try {
-      answer = await api(`/extract/${encodeURIComponent(task)}`, {
-        method: "POST",
-        headers: { "content-type": "application/json" },
-        body: JSON.stringify(body),
-      });
+      const request = file
+        ? { method: "POST", body: uploadBody(file, body) }
+        : { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) };
+      answer = await api(`/extract/${encodeURIComponent(task)}`, request);
     } catch (error) {
       $("run").disabled = false;
       setStatus("the service does not answer", "warn");
@@ -187,7 +201,8 @@
     if (response.ok) {
       const queued = out.review_id ? ` · in the review queue as #${out.review_id}` : "";
       setStatus(`done: ${out.latency_ms.toFixed(0)} ms${queued}`, "ok");
-      showResult(out, body.text);
+      showResult(out, out.document ? out.document.text : body.text);
+      if (out.document && file) showPages(out, file);
       return;
     }
     const retryAfter = Number(response.headers.get("retry-after")) || RETRY_S;
@@ -230,7 +245,7 @@
   function showResult(result, text) {
     state.result = result;
     state.selected = null;
-    for (const id of ["legend", "highlighted", "tree", "attempts", "stats"]) clear($(id));
+    for (const id of ["legend", "highlighted", "pages", "tree", "attempts", "stats"]) clear($(id));
     clear($("ungrounded").querySelector("ul"));
     $("ungrounded").hidden = true;
     if (!result) return;
@@ -333,6 +348,66 @@
     return node;
   }
 
+  // -- document pages: each page holding a value, drawn by the service, with the values' boxes on it --
+
+  // A box's points map onto the drawn page as fractions of the page's size (result.document.pages).
+  async function showPages(result, file) {
+    const sizes = result.document.pages || [];
+    const byPage = new Map();
+    for (const span of result.spans) {
+      for (const box of (span.location && span.location.boxes) || []) {
+        if (!byPage.has(box.page)) byPage.set(box.page, []);
+        byPage.get(box.page).push([span, box]);
+      }
+    }
+    const box = $("pages");
+    for (const number of [...byPage.keys()].sort((a, b) => a - b)) {
+      const size = sizes[number - 1];
+      if (!size) continue;
+      const { response, image } = await pageImage(file, number);
+      if (state.result !== result) return;  // another run replaced this result meanwhile
+      const sheet = el("div", { class: "sheet" });
+      const figure = el("figure", { class: "page", "data-page": String(number) }, sheet, el("figcaption", {}, `page ${number}`));
+      if (image) {
+        const canvas = el("canvas", { width: image.width, height: image.height });
+        canvas.getContext("2d").drawImage(image, 0, 0);
+        sheet.append(canvas);
+      } else {
+        sheet.append(el("p", { class: "error" }, `page ${number} could not be drawn (HTTP ${response.status})`));
+      }
+      for (const [span, rect] of byPage.get(number)) sheet.append(pageBox(span, rect, size));
+      box.append(figure);
+    }
+    applyFilter();
+  }
+
+  async function pageImage(file, number) {
+    const headers = { "content-type": "application/pdf" };
+    if (apiKey()) headers.authorization = `Bearer ${apiKey()}`;
+    const response = await fetch(`/documents/pages/${number}`, { method: "POST", headers, body: file });
+    if (!response.ok) return { response, image: null };
+    return { response, image: await createImageBitmap(await response.blob()) };
+  }
+
+  function pageBox(span, rect, size) {
+    const field = fieldOf(span.path);
+    const node = el("div", {
+      class: `box ${colourOf(field)}`,
+      "data-path": span.path,
+      "data-field": field,
+      "data-page": String(rect.page),
+      title: `${span.path}: ${JSON.stringify(span.value)} (page ${rect.page})`,
+      tabIndex: 0,
+    });
+    // CSSOM, not a style attribute: the page's policy allows no inline style
+    node.style.left = `${(100 * rect.x0) / size.width}%`;
+    node.style.top = `${(100 * rect.y0) / size.height}%`;
+    node.style.width = `${(100 * (rect.x1 - rect.x0)) / size.width}%`;
+    node.style.height = `${(100 * (rect.y1 - rect.y0)) / size.height}%`;
+    for (const kind of ["mouseenter", "click", "focus"]) node.addEventListener(kind, () => select(span.path, field));
+    return node;
+  }
+
   function showUngrounded(result) {
     const box = $("ungrounded");
     const list = box.querySelector("ul");
@@ -421,6 +496,21 @@
   function snippet(kind) {
     const url = `${location.origin}/extract/${encodeURIComponent($("task").value)}`;
     const body = requestBody();
+    const file = chosenFile();
+    if (file && kind === "curl") {
+      const options = body.options ? ` -F ${shellQuote("options=" + JSON.stringify(body.options))}` : "";
+      return `curl -s ${shellQuote(url)} -F ${shellQuote("file=@" + file.name)}${options}`;
+    }
+    if (file) {
+      return [
+        "import httpx",
+        "",
+        `with open(${JSON.stringify(file.name)}, "rb") as document:`,
+        `    files = {"file": (${JSON.stringify(file.name)}, document)}`,
+        `    result = httpx.post(${JSON.stringify(url)}, files=files, timeout=120).json()`,
+        'print(result["data"], [s["location"] for s in result["spans"]])',
+      ].join("\n");
+    }
     if (kind === "curl") {
       return `curl -s ${shellQuote(url)} -H 'content-type: application/json' \\\n     -d ${shellQuote(JSON.stringify(body))}`;
     }
@@ -500,6 +590,13 @@
     $("example").addEventListener("change", () => {
       const example = (state.detail.example_texts || [])[Number($("example").value)];
       if (example !== undefined) $("text").value = String(example);
+    });
+    $("file").addEventListener("change", () => {
+      $("clear-file").hidden = !chosenFile();
+    });
+    $("clear-file").addEventListener("click", () => {
+      $("file").value = "";
+      $("clear-file").hidden = true;
     });
     $("run").addEventListener("click", () => run(0));
     $("text").addEventListener("keydown", (event) => {
