@@ -58,6 +58,18 @@ def check(schema: Mapping[str, Any], *, max_tokens: int) -> str | None:
     return None
 
 
+def fit_window(requested: int, *, at_least: int, prompt_tokens: int, max_model_len: int) -> int:
+    """A ``max_tokens`` the window can hold after the prompt: ``requested`` cut to the room left.
+
+    ``max_tokens`` is an upper bound, as on the wire: asking more than the window leaves is clamped
+    to what it leaves, never below ``at_least`` (the budget the request would have had without
+    asking), so asking more never fails a request that fits without it. The caller still refuses a
+    prompt that leaves no room for ``at_least``.
+    """
+    room = max_model_len - prompt_tokens
+    return requested if requested <= room else max(min(at_least, requested), room)
+
+
 def _syntax(text: str) -> int:
     return math.ceil(len(text) / SYNTAX_CHARS_PER_TOKEN)
 

@@ -16,6 +16,7 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
+from extractor.budget import fit_window
 from extractor.engines.base import Engine, GenerationRequest, Message, stream_text
 from extractor.errors import InputError, TextTooLongError
 
@@ -80,6 +81,19 @@ def request(
         raise InputError(f"temperature must be between 0 and 2, got {temperature}")
     if max_tokens < 1:
         raise InputError(f"max_tokens must be at least 1, got {max_tokens}")
+    if max_tokens >= engine.max_model_len // 2:
+        # max_tokens is an upper bound: one the window cannot hold beside the query is clamped to
+        # what the query leaves (history then fits in what max_tokens leaves, as always).
+        alone = build_messages(
+            query,
+            (),
+            system or "",
+            count_tokens=engine.count_prompt_tokens,
+            max_model_len=engine.max_model_len,
+            max_tokens=1,
+        )
+        prompt_tokens = engine.count_prompt_tokens(alone)
+        max_tokens = fit_window(max_tokens, at_least=1, prompt_tokens=prompt_tokens, max_model_len=engine.max_model_len)
     messages = build_messages(
         query,
         pairs,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from extractor import chunking, grounded_decoding, grounding
+from extractor.budget import fit_window
 from extractor.chunking import Chunk, ChunkOutcome
 from extractor.config import MAX_ATTEMPTS_LIMIT, Settings
 from extractor.constraints import wrapping
@@ -63,6 +64,8 @@ class Plan:
     max_tokens: int
     max_attempts: int
     grounding: GroundingPolicy
+    # The task's (else the global) max_tokens: what a request that asks more is never clamped below.
+    configured_max_tokens: int = 0
     chunking: ChunkSettings | None = None
     # True: every grounded string field; None: only fields marked "x-extractive"; False: none.
     grounded_decoding: bool | None = None
@@ -83,7 +86,8 @@ def plan(task: Task, options: Options, settings: Settings) -> Plan:
     temperature = _first(options.temperature, task.settings.temperature, settings.temperature)
     if not 0.0 <= temperature <= 2.0:
         raise InputError(f"temperature must be between 0 and 2, got {temperature}")
-    max_tokens = options.max_tokens or task.settings.max_tokens or settings.max_tokens
+    configured = task.settings.max_tokens or settings.max_tokens
+    max_tokens = options.max_tokens or configured
     if max_tokens < 1:
         raise InputError(f"max_tokens must be at least 1, got {max_tokens}")
     if options.chunk is None:
@@ -97,6 +101,7 @@ def plan(task: Task, options: Options, settings: Settings) -> Plan:
         temperature=temperature,
         max_tokens=max_tokens,
         max_attempts=attempts,
+        configured_max_tokens=configured,
         grounding=options.grounding or task.settings.grounding,
         chunking=chunk_settings,
         grounded_decoding=decode,
@@ -152,14 +157,35 @@ async def run(
     if not isinstance(text, str) or not text.strip():
         raise InputError("text is empty: pass the text to extract from")
     task = served(task, settings)
-    p = plan(task, options, settings)
+    p, clamped = fitted(task, text, plan(task, options, settings), engine)
     started = time.perf_counter()
     pieces = split_for(task, text, p, engine) if p.chunking is not None else None
     if pieces is None:
         extracted = await extract_text(task, text, p, engine)
     else:
         extracted = await _extract_chunks(task, pieces, p, engine)
-    return _result(task, extracted, engine, started, typed)
+    return _result(task, extracted, engine, started, typed, notes=[clamped] if clamped else [])
+
+
+def fitted(task: Task, text: str, p: Plan, engine: Engine) -> tuple[Plan, str | None]:
+    """The plan with an asked ``max_tokens`` the window cannot hold clamped (see README, Limits), and a note."""
+    if p.max_tokens <= p.configured_max_tokens:
+        return p, None
+    prompt_tokens = engine.count_prompt_tokens(render(task, text))
+    reserve = FEEDBACK_RESERVE_TOKENS if p.max_attempts > 1 else 0  # a re-ask's feedback must fit too
+    fit = fit_window(
+        p.max_tokens,
+        at_least=p.configured_max_tokens,
+        prompt_tokens=prompt_tokens + reserve,
+        max_model_len=engine.max_model_len,
+    )
+    if fit == p.max_tokens:
+        return p, None
+    note = (
+        f"max_tokens {p.max_tokens} clamped to {fit}: what the {engine.max_model_len}-token model window "
+        f"leaves after the prompt ({prompt_tokens} tokens)"
+    )
+    return replace(p, max_tokens=fit), note
 
 
 async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk: int | None = None) -> Extracted:
@@ -415,7 +441,13 @@ def remove_values(data: Any, pointers: list[str]) -> Any:
 
 
 def _result(
-    task: Task, extracted: Extracted, engine: Engine, started: float, typed: TypedModel | None
+    task: Task,
+    extracted: Extracted,
+    engine: Engine,
+    started: float,
+    typed: TypedModel | None,
+    *,
+    notes: Sequence[str] = (),
 ) -> ExtractionResult:
     usage = Usage()
     for attempt in extracted.attempts:
@@ -436,7 +468,10 @@ def _result(
         grounded_fields=list(extracted.grounded_fields),
         grounded_decoding=extracted.decoding.mode if extracted.decoding is not None else "off",
         cuts=sum(1 for a in extracted.attempts if a.finish_reason == "length"),
-        notes=[extracted.decoding.note] if extracted.decoding is not None and extracted.decoding.note else [],
+        notes=[
+            *notes,
+            *([extracted.decoding.note] if extracted.decoding is not None and extracted.decoding.note else []),
+        ],
         confidences={wrapping.unwrap_pointer(k, key): v for k, v in (extracted.confidences or {}).items()},
         confidence=confidence.lowest(extracted.confidences) if extracted.confidences is not None else None,
         calibrated=extracted.calibrated,

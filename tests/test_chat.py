@@ -245,6 +245,18 @@ def test_extractor_chat_names_a_bad_history(
     assert chat_engine.history == []  # nothing reached the engine
 
 
+def test_a_chat_max_tokens_past_the_window_is_clamped_to_what_the_query_leaves(
+    catalog: Catalog, tmp_path: Path, chat_engine: ScriptedEngine
+) -> None:
+    extractor = chat_extractor(catalog, tmp_path, chat_engine)
+    chat_engine.enqueue(["fine"])
+    reply = extractor.chat("hello", history=[("old " * 20, "reply")], max_tokens=8191)
+    request = chat_engine.history[-1]
+    assert reply.text == "fine" and request.max_tokens is not None
+    prompt = chat_engine.count_prompt_tokens(request.messages)
+    assert prompt + request.max_tokens <= 300 and request.messages[-1]["content"] == "hello"
+
+
 def test_extractor_chat_past_the_window_is_the_same_error_as_the_route(
     catalog: Catalog, tmp_path: Path, chat_engine: ScriptedEngine
 ) -> None:

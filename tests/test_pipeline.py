@@ -122,6 +122,26 @@ async def test_bad_input(extractor: Extractor, engine: ScriptedEngine) -> None:
     assert engine.history == []  # nothing reached the engine
 
 
+async def test_a_max_tokens_past_the_window_is_clamped_to_what_the_prompt_leaves(
+    extractor: Extractor, engine: ScriptedEngine
+) -> None:
+    engine.enqueue([GOOD])
+    result = await extractor.aextract("landmark_slots", LANDMARK_TEXT, max_tokens=8191)
+    asked = engine.history[-1].max_tokens
+    assert asked is not None and 256 < asked < 4096 - 128
+    assert (
+        result.notes
+        and "max_tokens 8191 clamped to" in result.notes[0]
+        and "4096-token model window" in result.notes[0]
+    )
+    engine.enqueue([GOOD])
+    assert (await extractor.aextract("landmark_slots", LANDMARK_TEXT, max_tokens=300)).notes == []
+    assert engine.history[-1].max_tokens == 300
+    # asking more never rescues a text the window cannot hold, nor fails one it can
+    with pytest.raises(TextTooLongError, match="model window is 4096 tokens"):
+        await extractor.aextract("landmark_slots", "很长" * 20_000, max_tokens=8191)
+
+
 async def test_cut_off_answer_is_explained(extractor: Extractor, engine: ScriptedEngine) -> None:
     from extractor.engines.base import Generation
 

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 
+from extractor.budget import fit_window
 from extractor.engines.base import GenerationRequest, Message
 from extractor.errors import ExtractorError, TextTooLongError
 from extractor.server.admission import Ticket
@@ -64,11 +65,19 @@ class OpenAIFront:
         return translate.completion(result, job=job, model=model, ident=new_id(), created=int(time.time()))
 
     def chat_request(self, job: Job) -> GenerationRequest:
-        """The engine request of a plain chat (422 when the prompt does not fit the window)."""
+        """The engine request of a plain chat (422 when the prompt does not fit the window; max_tokens clamped)."""
         engine = self.service.extractor.engine
         options = job.options
-        max_tokens = options.max_tokens or self.service.settings.chat_max_tokens
+        configured = self.service.settings.chat_max_tokens
+        max_tokens = options.max_tokens or configured
         prompt_tokens = engine.count_prompt_tokens(job.messages)
+        # an upper bound: what the window cannot hold after the prompt is clamped (README, Limits)
+        max_tokens = fit_window(
+            max_tokens,
+            at_least=min(max_tokens, configured),
+            prompt_tokens=prompt_tokens,
+            max_model_len=engine.max_model_len,
+        )
         if prompt_tokens + max_tokens > engine.max_model_len:
             raise TextTooLongError(
                 prompt_tokens=prompt_tokens, max_tokens=max_tokens, max_model_len=engine.max_model_len
