@@ -142,7 +142,10 @@ class ExtractionResult(BaseModel):
         description="how grounded fields were held to the text while decoding: a substring grammar, an enum of "
         "spans, not at all (checked after generation; `notes` says why), or off (no grounded decoding asked)",
     )
-    notes: list[str] = Field(default_factory=list, description="why it ran other than asked: decoding weaker than asked, a max_tokens clamped to the window")
+    notes: list[str] = Field(
+        default_factory=list,
+        description="why it ran other than asked: decoding weaker than asked, a max_tokens clamped to the window",
+    )
     confidences: dict[str, float] = Field(
         default_factory=dict,
         description="every non-null scalar value's confidence (as `spans[*].confidence`), by JSON pointer in `data`",
