@@ -43,6 +43,7 @@ _SETTINGS_SCHEMA: dict[str, Any] = {
         "grounding": {"enum": ["strict", "flag", "off"]},
         "system": {"type": "string"},
         "allow_unenforced": {"type": "boolean"},
+        "strict_enforcement": {"type": "boolean"},
         "grounded_decoding": {"type": "boolean"},
         # a LoRA adapter: a folder under the catalog root, false for none (default: adapters/<task>/ if there)
         "adapter": {"type": ["string", "boolean"], "minLength": 1},
@@ -119,7 +120,11 @@ class TaskSettings:
     max_attempts: int | None = None
     grounding: Literal["strict", "flag", "off"] = "flag"
     system: str | None = None
-    allow_unenforced: bool = False
+    # A keyword the grammar cannot enforce is left out of decoding and checked after generation (a
+    # load warning), unless ``strict_enforcement`` refuses the task for it; ``allow_unenforced``
+    # (the older name) says the same the other way round when set.
+    allow_unenforced: bool | None = None
+    strict_enforcement: bool = False
     grounded_decoding: bool = False
     chunking: ChunkSettings | None = None
     # How examples are drawn from the task's pool (None: the fixed examples only).
@@ -128,6 +133,11 @@ class TaskSettings:
     adapter_examples: bool = False
     # Results sent to the review queue by their confidence (None: only those a request asks for).
     review: ReviewSettings | None = None
+
+    @property
+    def unenforced_allowed(self) -> bool:
+        """Whether keywords decoding cannot enforce are checked after generation (else the task is refused)."""
+        return self.allow_unenforced if self.allow_unenforced is not None else not self.strict_enforcement
 
 
 @dataclass(frozen=True, eq=False)
@@ -324,7 +334,7 @@ def _check_all(where: str, source: dict[str, Any], name: str, backend: GrammarBa
     """Every load check of a schema: limits, draft, meta-schema, refs, settings, keywords, typing, examples, compile."""
     limits.check_schema(where, source)
     settings, examples = _read_settings(where, source)
-    prepared = task_schema.prepare(where, source, backend=backend, allow_unenforced=settings.allow_unenforced)
+    prepared = task_schema.prepare(where, source, backend=backend, allow_unenforced=settings.unenforced_allowed)
     schema = prepared.schema  # 2020-12, an object top level, only what decoding enforces
     _check_schema(where, schema)
     warnings = list(prepared.warnings)
@@ -337,7 +347,9 @@ def _check_all(where: str, source: dict[str, Any], name: str, backend: GrammarBa
     _check_examples(where, examples, *as_written)
     examples = task_schema.wrap_examples(prepared, examples)
     engine_schema = decoding.engine_schema(schema)
-    warnings += limits.check_compiles(where, engine_schema, backend=backend, allow_unenforced=settings.allow_unenforced)
+    warnings += limits.check_compiles(
+        where, engine_schema, backend=backend, allow_unenforced=settings.unenforced_allowed
+    )
     return _Checked(
         settings, examples, tuple(warnings), typed, prepared.validator, ungrounded, engine_schema, prepared, as_written
     )
@@ -497,6 +509,10 @@ def _read_settings(where: str, schema: Mapping[str, Any]) -> tuple[TaskSettings,
         values["chunking"] = ChunkSettings(max_chars=size, overlap=overlap)
     elif chunking:
         values["chunking"] = ChunkSettings()
+    if raw.get("allow_unenforced") is not None and raw.get("strict_enforcement") is not None:
+        raise TaskError(
+            where, f"#/{SETTINGS_KEY}/strict_enforcement", "set strict_enforcement or allow_unenforced, not both"
+        )
     settings = TaskSettings(**values)
     return settings, examples
 

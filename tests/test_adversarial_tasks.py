@@ -271,7 +271,12 @@ def nested(key: str, depth: int) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("name", "schema", "pointer", "words"),
     [
-        ("one_of_10", good_schema(a=nested("oneOf", 10)), "#/properties/a/oneOf", "oneOf"),
+        (
+            "one_of_10",  # under strict_enforcement; by default decoded as anyOf and checked after generation
+            {**good_schema(a=nested("oneOf", 10)), "x-extractor": {"strict_enforcement": True}},
+            "#/properties/a/oneOf",
+            "oneOf",
+        ),
         ("enum_100k", good_schema(a={"enum": [f"v{i}" for i in range(100_000)]}), "#/properties/a/enum", "100000"),
         ("five_mb", {**good_schema(), "description": "x" * 5_000_000}, "", "over the limit"),
         ("max_length", good_schema(a={"type": "string", "maxLength": 10**12}), "#/properties/a/maxLength", "limit"),
@@ -312,9 +317,11 @@ def test_bounded_pathological_schemas_compile_at_load_within_a_bound(tmp_path: P
     write(tmp_path, "any_of_10", good_schema(a=nested("anyOf", 10)))
     write(tmp_path, "catastrophic", good_schema(a={"type": "string", "pattern": "^(a+)+$"}))
     write(tmp_path, "enum_1000", good_schema(a={"enum": [f"v{i}" for i in range(1000)]}))
+    write(tmp_path, "one_of_10", good_schema(a=nested("oneOf", 10)))
     started = time.perf_counter()
     catalog = load_bounded(tmp_path, seconds=20)
-    assert {"any_of_10", "catastrophic", "enum_1000"} <= set(catalog.tasks), [str(e) for e in catalog.errors]
+    loaded = {"any_of_10", "catastrophic", "enum_1000", "one_of_10"}
+    assert loaded <= set(catalog.tasks), [str(e) for e in catalog.errors]
     assert time.perf_counter() - started < 3 * limits.MAX_COMPILE_S
 
 

@@ -127,16 +127,15 @@ def test_check_finds_each_keyword_and_leaves_it_out() -> None:
 def test_real_draft04_and_draft07_schemas_load(tmp_path: Path, path: Path, tokenizer: Any) -> None:
     schema = json.loads(path.read_text(encoding="utf-8"))
     name = path.stem.lower()
+    strict = {**schema, "x-extractor": {"strict_enforcement": True}}
     try:
-        task = load_task(write(tmp_path, name, schema), tmp_path / "prompts")
-    except TaskError as error:  # only for a keyword decoding cannot enforce, and then allow_unenforced loads it
+        task = load_task(write(tmp_path, name, strict), tmp_path / "prompts")
+    except TaskError as error:  # only for a keyword decoding cannot enforce, and by default it loads
         if "linear-time regex engine" in error.reason:  # a pattern RE2 cannot run: refused, never backtracked
             assert "/pattern" in error.pointer and "look-around" in error.reason, error
             return
-        assert "does not enforce" in error.reason and "allow_unenforced" in error.reason, error
-        task = load_task(
-            write(tmp_path, name, {**schema, "x-extractor": {"allow_unenforced": True}}), tmp_path / "prompts"
-        )
+        assert "does not enforce" in error.reason and "strict_enforcement" in error.reason, error
+        task = load_task(write(tmp_path, name, schema), tmp_path / "prompts")
         assert any("checked after generation only" in w for w in task.warnings)
     assert task.schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     # vLLM's guidance backend accepts the schema decoding is held to
@@ -153,7 +152,7 @@ def test_refusal_names_file_pointer_as_written_keyword_and_both_ways_out(tmp_pat
             "other": {"type": "object", "dependencies": {"a": ["b"]}},
         },
     }
-    path = write(tmp_path, "tagged", schema)
+    path = write(tmp_path, "tagged", {**schema, "x-extractor": {"strict_enforcement": True}})
     with pytest.raises(TaskError) as refused:
         load_task(path, tmp_path / "prompts")
     error = refused.value
@@ -162,10 +161,8 @@ def test_refusal_names_file_pointer_as_written_keyword_and_both_ways_out(tmp_pat
     pointers = {"#/definitions/tags/uniqueItems", "#/properties/other/dependencies"}
     assert error.pointer in pointers and all(p in f"{error.pointer} {error.reason}" for p in pointers)
     assert "does not enforce" in error.reason and "remove it" in error.reason
-    assert '"allow_unenforced": true' in error.reason
-    task = load_task(
-        write(tmp_path, "tagged", {**schema, "x-extractor": {"allow_unenforced": True}}), tmp_path / "prompts"
-    )
+    assert '"strict_enforcement"' in error.reason
+    task = load_task(write(tmp_path, "tagged", schema), tmp_path / "prompts")
     assert not task.validator.is_valid({"tags": ["a", "a"]})  # ... and checked after generation
     assert "uniqueItems" not in json.dumps(task.engine_schema)
 

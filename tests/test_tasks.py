@@ -372,14 +372,25 @@ def test_each_prompt_suffix_is_found(tmp_path: Path, suffix: str) -> None:
 # --- keywords the grammar backend would silently skip ----------------------------------------
 
 
-def _with_tags(**tags: Any) -> dict[str, Any]:
-    return broken(lambda s: s["properties"].update(tags={"type": "array", "items": {"type": "string"}, **tags}))
+def _with_tags(strict: bool = True, **tags: Any) -> dict[str, Any]:
+    schema = broken(lambda s: s["properties"].update(tags={"type": "array", "items": {"type": "string"}, **tags}))
+    if strict:
+        schema.setdefault("x-extractor", {})["strict_enforcement"] = True
+    return schema
 
 
 @pytest.mark.parametrize("backend", ["guidance", "xgrammar"])
-def test_unique_items_is_rejected_on_both_backends(tmp_path: Path, backend: str) -> None:
+def test_unique_items_is_rejected_on_both_backends_under_strict_enforcement(tmp_path: Path, backend: str) -> None:
     _, error = load_with_good(tmp_path, _with_tags(uniqueItems=True), backend=backend)
-    assert_names_schema(error, tmp_path, "#/properties/tags/uniqueItems", backend, "'uniqueItems'", "allow_unenforced")
+    assert_names_schema(
+        error, tmp_path, "#/properties/tags/uniqueItems", backend, "'uniqueItems'", "strict_enforcement"
+    )
+
+
+def strict(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` refusing, not warning about, keywords decoding cannot enforce."""
+    schema.setdefault("x-extractor", {})["strict_enforcement"] = True
+    return schema
 
 
 def _all_of_schema() -> dict[str, Any]:
@@ -391,7 +402,7 @@ def _all_of_schema() -> dict[str, Any]:
 
 
 def test_multi_branch_all_of_is_rejected_by_xgrammar(tmp_path: Path) -> None:
-    _, error = load_with_good(tmp_path, _all_of_schema(), backend="xgrammar")
+    _, error = load_with_good(tmp_path, strict(_all_of_schema()), backend="xgrammar")
     assert_names_schema(error, tmp_path, "#/properties/code/allOf", "single-branch 'allOf'")
 
 
@@ -412,7 +423,7 @@ def _pattern_and_length() -> dict[str, Any]:
 
 
 def test_pattern_with_max_length_is_rejected_by_xgrammar(tmp_path: Path) -> None:
-    _, error = load_with_good(tmp_path, _pattern_and_length(), backend="xgrammar")
+    _, error = load_with_good(tmp_path, strict(_pattern_and_length()), backend="xgrammar")
     assert_names_schema(error, tmp_path, "#/properties/code/pattern", "minLength/maxLength")
 
 
@@ -428,7 +439,7 @@ def _multiple_of() -> dict[str, Any]:
 
 
 def test_multiple_of_is_rejected_by_xgrammar_only(tmp_path: Path) -> None:
-    _, error = load_with_good(tmp_path, _multiple_of(), backend="xgrammar")
+    _, error = load_with_good(tmp_path, strict(_multiple_of()), backend="xgrammar")
     assert_names_schema(error, tmp_path, "#/properties/count/multipleOf", "'multipleOf'")
     other = tmp_path / "other"
     write_task(other, GOOD, _multiple_of())
@@ -444,19 +455,22 @@ def test_unenforced_keyword_in_defs_is_found(tmp_path: Path) -> None:
             }
         )
     )
+    schema.setdefault("x-extractor", {})["strict_enforcement"] = True
     _, error = load_with_good(tmp_path, schema)
     assert_names_schema(error, tmp_path, "#/$defs/tags/uniqueItems")
 
 
-@pytest.mark.parametrize("backend", ["guidance", "xgrammar"])
-def test_allow_unenforced_turns_the_error_into_a_warning(tmp_path: Path, backend: str) -> None:
-    schema = _with_tags(uniqueItems=True)
-    schema["x-extractor"]["allow_unenforced"] = True
+@pytest.mark.parametrize(
+    ("backend", "setting"), [("guidance", {}), ("xgrammar", {}), ("guidance", {"allow_unenforced": True})]
+)
+def test_an_unenforced_keyword_is_a_warning_by_default(tmp_path: Path, backend: str, setting: dict[str, Any]) -> None:
+    schema = _with_tags(strict=False, uniqueItems=True)
+    schema.setdefault("x-extractor", {}).update(setting)
     write_task(tmp_path, GOOD, schema)
     catalog = Catalog.load(tmp_path, backend=backend)
     assert catalog.errors == []
     task = catalog.get(GOOD)
-    assert task.settings.allow_unenforced is True
+    assert task.settings.unenforced_allowed is True
     # one warning, whichever backend: what llguidance refuses is left out of decoding, so the grammar
     # compiled at load holds no unenforced keyword to warn about twice
     assert len(task.warnings) == 1
@@ -468,11 +482,15 @@ def test_allow_unenforced_turns_the_error_into_a_warning(tmp_path: Path, backend
     assert not task.validator.is_valid({"city": None, "when": None, "tags": ["a", "a"]})
 
 
-def test_allow_unenforced_false_keeps_the_error(tmp_path: Path) -> None:
-    schema = _with_tags(uniqueItems=True)
-    schema["x-extractor"]["allow_unenforced"] = False
+def test_allow_unenforced_false_keeps_the_error_and_both_settings_are_refused(tmp_path: Path) -> None:
+    schema = _with_tags(strict=False, uniqueItems=True)
+    schema.setdefault("x-extractor", {})["allow_unenforced"] = False
     _, error = load_with_good(tmp_path, schema)
     assert error.pointer == "#/properties/tags/uniqueItems"
+    both = _with_tags(uniqueItems=True)
+    both["x-extractor"]["allow_unenforced"] = True
+    _, error = load_with_good(tmp_path / "both", both)
+    assert "not both" in error.reason and error.pointer == "#/x-extractor/strict_enforcement"
 
 
 # --- worked examples -------------------------------------------------------------------------

@@ -8,9 +8,9 @@ llguidance adds keywords (``patternProperties``, ``minProperties``, ``multipleOf
 
 - it compiles: every keyword is enforced while decoding;
 - it does not: each subschema is compiled on its own (its children left free) to find which
-  keyword, where, and why; the task is refused naming each, unless ``allow_unenforced``, where
-  those keywords are left out of what decoding sees (``oneOf`` decoded as ``anyOf``) and checked
-  after generation only.
+  keyword, where, and why; those keywords are left out of what decoding sees (``oneOf`` decoded
+  as ``anyOf``) and checked after generation only, with a load warning naming each, or, under a
+  task's ``strict_enforcement``, the task is refused naming them.
 
 String formats llguidance does not know (``uri-reference``, ``regex``...) are left out of
 decoding with a load warning rather than refused: ``format`` is an annotation unless a validator

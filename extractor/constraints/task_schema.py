@@ -95,8 +95,8 @@ def prepare(where: str, source: Mapping[str, Any], *, backend: GrammarBackend, a
         raise TaskError(
             where,
             pointer,
-            f"{backend} does not enforce {keyword!r} while decoding ({reason}){others}; remove it, or set "
-            f'"{SETTINGS_KEY}": {{"allow_unenforced": true}} to check it after generation only',
+            f"{backend} does not enforce {keyword!r} while decoding ({reason}){others}; remove it, or drop "
+            f'"strict_enforcement" from "{SETTINGS_KEY}" to check it after generation only',
         )
     warnings += [f"{where}: {p}: {backend} does not enforce {k!r} (checked after generation only)" for p, k, _ in found]
     return TaskSchema(
