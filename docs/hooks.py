@@ -15,6 +15,7 @@ import contextlib
 import io
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,9 @@ EXTERNAL = ("bench/results/*.md", "bench/results/*.png", "bench/results/raw/*", 
 EXTERNAL_PAGES = ("bench/data/byo_schemas/README.md",)
 OPENAPI = "reference/openapi.json"
 HTTP_METHODS = ("get", "post", "put", "patch", "delete")
+# The references describe the checkout being built, whatever `extractor` the environment installed.
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 
 def on_files(files: Files, config: MkDocsConfig) -> Files:
