@@ -71,7 +71,7 @@ lint: setup
 	$(VENV)/bin/ruff check extractor tests bench docs/hooks.py
 	$(VENV)/bin/ruff format --check extractor tests bench docs/hooks.py
 	$(VENV)/bin/mypy
-	$(MAKE) --no-print-directory docs
+	$(DOCS_BUILD)
 
 fix: setup
 	$(VENV)/bin/ruff check --fix extractor tests bench docs/hooks.py
@@ -79,9 +79,10 @@ fix: setup
 
 # The documentation site (docs/, mkdocs.yml) into the git-ignored site/: a broken link or anchor fails.
 export NO_MKDOCS_2_WARNING := 1
+DOCS_BUILD := $(PY) -m mkdocs build --strict
 
 docs: setup
-	$(PY) -m mkdocs build --strict --quiet
+	$(DOCS_BUILD)
 
 docs-serve: setup
 	$(PY) -m mkdocs serve
