@@ -231,7 +231,8 @@ def test_instructor_does_not_retry_a_failed_extraction(live: Live) -> None:
 
 def test_a_bad_schema_is_a_400_naming_the_pointer(live: Live) -> None:
     schema = {"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}
-    fmt = {"type": "json_schema", "json_schema": {"name": "tags", "schema": schema}}
+    # strict: the answer must hold to the schema while decoding (without it, uniqueItems is checked after)
+    fmt = {"type": "json_schema", "json_schema": {"name": "tags", "schema": schema, "strict": True}}
     with pytest.raises(openai.BadRequestError) as bad:
         live.client().chat.completions.create(
             model="scripted",
@@ -247,6 +248,19 @@ def test_a_bad_schema_is_a_400_naming_the_pointer(live: Live) -> None:
             model="scripted", messages=[{"role": "user", "content": TEXT}], response_format=fmt
         )  # type: ignore[arg-type]
     assert live.engine.history == []
+
+
+def test_without_strict_an_unenforced_keyword_is_checked_after_generation(live: Live) -> None:
+    schema = {"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "tags", "schema": schema}}
+    live.engine.enqueue(['{"tags": ["a", "a"]}', '{"tags": ["a", "b"]}'])
+    answer = live.client().chat.completions.create(
+        model="scripted",
+        messages=[{"role": "user", "content": TEXT}],
+        response_format=fmt,  # type: ignore[arg-type]
+    )
+    assert json.loads(answer.choices[0].message.content or "") == {"tags": ["a", "b"]}  # the repeat re-asked
+    assert "uniqueItems" not in json.dumps(live.engine.history[0].json_schema)
 
 
 def test_requests_extractor_cannot_serve_are_400s_and_unknown_models_404(live: Live) -> None:

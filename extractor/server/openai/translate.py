@@ -141,7 +141,22 @@ def _forced_tool(body: ChatCompletionRequest) -> tuple[str, object] | None:
         if not named:
             raise BadRequestError("tool_choice names a function that is not in tools", param="tool_choice")
         function = named[0]
-    return function.name, function.parameters if function.parameters is not None else OBJECT_SCHEMA
+    schema = function.parameters if function.parameters is not None else OBJECT_SCHEMA
+    return function.name, strictly(schema, function.strict)
+
+
+def strictly(schema: object, strict: bool | None) -> object:
+    """``schema`` under the task setting ``strict_enforcement`` when the client asks ``strict: true``.
+
+    OpenAI's strict mode promises an answer the schema holds, so a keyword decoding cannot enforce
+    is a 400 naming it; without it the keyword is checked after generation, as for catalog tasks.
+    """
+    if strict is not True or not isinstance(schema, dict):
+        return schema
+    settings = schema.get("x-extractor", {})
+    if not isinstance(settings, dict) or "allow_unenforced" in settings:
+        return schema  # the client's own setting stands (a bad one is the task's 400)
+    return {**schema, "x-extractor": {**settings, "strict_enforcement": True}}
 
 
 def plan(body: ChatCompletionRequest, *, catalog: dict[str, Task], engine_model: str, adhoc: TaskFactory) -> Job:
@@ -175,7 +190,8 @@ def plan(body: ChatCompletionRequest, *, catalog: dict[str, Task], engine_model:
     elif fmt is not None and fmt.type == "json_schema":
         if fmt.json_schema is None or fmt.json_schema.json_schema is None:
             raise BadRequestError("response_format.json_schema.schema is missing", param="response_format")
-        built = adhoc(fmt.json_schema.name, fmt.json_schema.json_schema, "response_format.json_schema.schema")
+        schema = strictly(fmt.json_schema.json_schema, fmt.json_schema.strict)
+        built = adhoc(fmt.json_schema.name, schema, "response_format.json_schema.schema")
     elif fmt is not None and fmt.type == "json_object":
         built = adhoc("json_object", fmt.object_schema or OBJECT_SCHEMA, "response_format.schema")
     else:
