@@ -11,7 +11,7 @@ VLLM_EXTRA := $(if $(HAS_GPU),gpu,cpu)
 # Real-engine tests start vLLM once; on CPU it needs KV-cache space set in GiB.
 export VLLM_CPU_KVCACHE_SPACE ?= 2
 
-.PHONY: setup setup-browser setup-postgres serve test test-fast lint fix bench bench-quick clean
+.PHONY: setup setup-browser setup-postgres setup-ray serve test test-fast lint fix bench bench-quick clean
 
 setup: $(STAMP)
 	@$(VENV)/bin/extractor model prepare
@@ -49,13 +49,22 @@ setup-postgres:
 	@$(PG_INITDB) || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q postgresql; }
 	@$(PG_INITDB) || { echo "PostgreSQL's initdb is still missing: install Debian's postgresql package" >&2; exit 1; }
 
+# `extractor batch --ray` and its tests: Ray Data (the [ray] extra), kept out of `make setup`.
+RAY_STAMP := $(VENV)/.ray-stamp
+
+setup-ray: $(RAY_STAMP)
+
+$(RAY_STAMP): $(STAMP)
+	$(PIP) install -q 'ray[data]==2.60.0'
+	touch $(RAY_STAMP)
+
 serve: setup
 	$(VENV)/bin/extractor serve
 
-test: setup setup-browser setup-postgres
+test: setup setup-browser setup-postgres setup-ray
 	$(PY) -m pytest -q
 
-test-fast: setup setup-browser setup-postgres
+test-fast: setup setup-browser setup-postgres setup-ray
 	$(PY) -m pytest -q -m "not engine"
 
 # Benchmarks start vLLM: one engine at a time on a shared machine (flock where available).
