@@ -121,6 +121,7 @@ def run(
         ) from error
     finally:
         output.summary.elapsed_s = time.perf_counter() - started
+        output.flush()
         output.write_summary()
         output.close()
         if progress is not None:
@@ -173,8 +174,9 @@ def _ship_rows(config: RayBatchConfig, output: ShardedOutput, progress: Progress
         if record_key(source, kind, item.id, item.line) in output.done:
             continue
         if isinstance(item, BadRow):
-            if output.add({"source": source, **error_record(item, item.kind, item.message)}) and progress:
-                progress.update(done=1, errors=1)
+            written, failed = output.add({"source": source, **error_record(item, item.kind, item.message)})
+            if progress is not None and written:
+                progress.update(done=written, errors=failed)
             continue
         block["source"].append(source)
         block["line"].append(item.line)
@@ -229,10 +231,12 @@ def _extract(
             (key, line, record_stats_of(columns, i))
             for i, (key, line) in enumerate(zip(columns["key"], columns["record"], strict=True))
         ]
-        written = output.add_lines(items)
-        if progress is not None:
-            failed = sum(not ok for ok in columns["ok"])
-            progress.update(done=written, errors=min(failed, written))
+        written, failed = output.add_lines(items)
+        if progress is not None and written:
+            progress.update(done=written, errors=failed)
+    written, failed = output.flush()
+    if progress is not None and written:
+        progress.update(done=written, errors=failed)
 
 
 def record_stats_of(columns: dict[str, list[Any]], index: int) -> RecordStats:

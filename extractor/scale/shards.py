@@ -1,8 +1,9 @@
 """A sharded batch output: a folder of ``part-NNNNN.jsonl`` journals, one writer, every row once.
 
 The driver of a distributed batch is the only writer: records come back to it from the workers,
-and it appends them to the current shard (crash-safe: :class:`~extractor.journal.Journal`),
-moving to a new shard every ``shard_rows`` records. A re-run reads every shard to learn which rows
+and it appends them in chunks to the current shard (crash-safe: :class:`~extractor.journal.Journal`;
+a chunk not yet written when the driver dies is redone by the next run), moving to a new shard
+every ``shard_rows`` records. A re-run reads every shard to learn which rows
 are done, then writes new shards only, so the shards of earlier runs are never rewritten. A key
 already written is dropped (a batch retried after a worker died may come back twice), which is
 what makes "every row exactly once" hold whatever the cluster does.
@@ -15,6 +16,7 @@ import fcntl
 import json
 import os
 import re
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -53,7 +55,9 @@ class ShardedOutput:
     counts them all.
     """
 
-    def __init__(self, folder: Path, *, shard_rows: int = 100_000) -> None:
+    def __init__(
+        self, folder: Path, *, shard_rows: int = 100_000, flush_rows: int = 1024, flush_interval_s: float = 1.0
+    ) -> None:
         if shard_rows < 1:
             raise ExtractorError("shard rows must be at least 1")
         if folder.exists() and not folder.is_dir():
@@ -61,6 +65,10 @@ class ShardedOutput:
         folder.mkdir(parents=True, exist_ok=True)
         self.folder = folder
         self.shard_rows = shard_rows
+        self.flush_rows = flush_rows
+        self.flush_interval_s = flush_interval_s
+        self._buffer: list[tuple[str, RecordStats]] = []
+        self._flushed = time.monotonic()
         self._lock = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -83,32 +91,42 @@ class ShardedOutput:
         self._journal: Journal | None = None
         self._in_shard = 0
 
-    def add(self, record: dict[str, Any]) -> bool:
-        """Write one record made here (a bad input line); False when its row was already written."""
+    def add(self, record: dict[str, Any]) -> tuple[int, int]:
+        """Take one record made here (a bad input line); return what was written, as :meth:`add_lines`."""
         line = json.dumps(record, ensure_ascii=False)
-        return bool(self.add_lines([(key_of_record(record), line, record_stats(record))]))
+        return self.add_lines([(key_of_record(record), line, record_stats(record))])
 
-    def add_lines(self, items: Iterable[tuple[str, str, RecordStats]]) -> int:
-        """Append records already serialised (key, JSON line, stats) as one write; return how many were new."""
-        fresh: list[tuple[str, RecordStats]] = []
-        lines: list[str] = []
+    def add_lines(self, items: Iterable[tuple[str, str, RecordStats]]) -> tuple[int, int]:
+        """Take records already serialised (key, JSON line, stats); a row already taken is dropped.
+
+        Records are appended in chunks (``flush_rows``, or ``flush_interval_s`` after the last
+        write): one write and one fsync a chunk. Returns the records (and failed ones among them)
+        written now, for the progress line.
+        """
         for key, line, stats in items:
             if key in self.done:
                 self.duplicates += 1
                 continue
             self.done.add(key)
-            fresh.append((key, stats))
-            lines.append(line)
+            self._buffer.append((line, stats))
+        due = len(self._buffer) >= self.flush_rows or time.monotonic() - self._flushed >= self.flush_interval_s
+        return self.flush() if due else (0, 0)
+
+    def flush(self) -> tuple[int, int]:
+        """Write the records taken and not yet written; return how many (and how many failed)."""
+        buffered, self._buffer = self._buffer, []
+        self._flushed = time.monotonic()
+        lines = [line for line, _ in buffered]
         while lines:  # a chunk may straddle two shards
             journal = self._current()
             room = self.shard_rows - self._in_shard
             journal.append_lines(lines[:room])
             self._in_shard += len(lines[:room])
             lines = lines[room:]
-        for _, stats in fresh:
+        for _, stats in buffered:
             self.summary.count(stats)
-        self.summary.written += len(fresh)
-        return len(fresh)
+        self.summary.written += len(buffered)
+        return len(buffered), sum(not stats.ok for _, stats in buffered)
 
     def _current(self) -> Journal:
         if self._journal is not None and self._in_shard >= self.shard_rows:
@@ -128,7 +146,9 @@ class ShardedOutput:
         return path
 
     def close(self) -> None:
-        """Close the current shard and release the folder."""
+        """Write what is buffered, close the current shard and release the folder."""
+        if self._lock >= 0:
+            self.flush()
         if self._journal is not None:
             self._journal.close()
             self._journal = None
