@@ -340,6 +340,7 @@ def _batch_on_ray(args: argparse.Namespace, settings: Settings) -> int:
         cpus_per_actor=args.cpus_per_actor,
         gpus_per_actor=args.gpus_per_actor,
         shard_rows=args.shard_rows,
+        batch_rows=args.rows_per_call,
         **_row_options(args, settings),
     )
     progress = Progress(label="batch", interval_s=args.progress_interval)
@@ -669,6 +670,9 @@ def build_parser() -> argparse.ArgumentParser:
     scale.add_argument("--cpus-per-actor", type=float, default=1.0, help="CPUs each actor reserves (default: 1)")
     scale.add_argument("--gpus-per-actor", type=float, help="GPUs each actor reserves (default: 1 where there are any)")
     scale.add_argument("--shard-rows", type=int, default=100_000, help="records a shard (default: 100000)")
+    scale.add_argument(
+        "--rows-per-call", type=int, help="rows an actor takes per call (default: --concurrency; more for many GPUs)"
+    )
     _add_settings(batch)
     batch.set_defaults(handler=_cmd_batch)
 

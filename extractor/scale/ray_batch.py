@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
@@ -112,11 +113,9 @@ def run(
         if refs:
             _extract(config, settings, engine_factory, refs, output, progress)
         output.summary.complete = True
-    except ExtractorError:
-        raise
-    except Exception as error:  # a Ray failure: the records so far stay written
+    except Exception as error:  # a Ray failure, or an actor's (its engine's): the records so far stay written
         raise ExtractorError(
-            f"the Ray job failed: {type(error).__name__}: {_first_line(error)}; the records written to "
+            f"the Ray job failed: {_first_line(error)}; the records written to "
             f"{config.output} are kept: run the same command to resume"
         ) from error
     finally:
@@ -151,8 +150,14 @@ def _runtime_env() -> dict[str, Any]:
 
 
 def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[-1] if text else ""
+    """What went wrong, in one line: an actor's extractor error where Ray's traceback text names one."""
+    text = str(error)
+    # Ray re-raises an actor's exception as its own, with the actor's traceback in the message only.
+    raised = re.findall(r"^extractor\.errors\.(\w+): (.*)$", text, re.MULTILINE)
+    if raised:
+        return "{}: {}".format(*raised[-1])
+    lines = text.strip().splitlines()
+    return f"{type(error).__name__}: {lines[-1] if lines else ''}"
 
 
 def _rows(config: RayBatchConfig) -> Iterator[tuple[str, Row | BadRow]]:
@@ -190,10 +195,10 @@ def _ship_rows(config: RayBatchConfig, output: ShardedOutput, progress: Progress
     return refs
 
 
-def _pool_size(config: RayBatchConfig, gpus: float) -> int:
+def _pool_size(config: RayBatchConfig, gpus: float, gpus_per_actor: float) -> int:
     if config.actors is not None:
         return config.actors
-    return max(1, int(gpus // 1)) if gpus else 1
+    return max(1, int(gpus // gpus_per_actor)) if gpus and gpus_per_actor else 1
 
 
 def _extract(
@@ -216,7 +221,7 @@ def _extract(
         batch_size=config.rows_per_call,
         batch_format="pyarrow",
         compute=ray.data.ActorPoolStrategy(
-            size=_pool_size(config, gpus),
+            size=_pool_size(config, gpus, gpus_per_actor),
             max_concurrent_calls_per_actor=config.calls_per_actor,
             enable_true_multi_threading=True,
         ),
