@@ -26,7 +26,7 @@ _SETTING_HELP = {
     "tasks_dir": "catalog root holding schemas/ and prompts/ (EXTRACTOR_TASKS_DIR)",
     "engine": "vllm (default, in-process), remote (OpenAI-compatible servers at --remote-urls) or scripted "
     "(a dry run answering with each task's first example)",
-    "remote_urls": "engine remote: base URLs of `vllm serve` servers, comma-separated (EXTRACTOR_REMOTE_URLS)",
+    "remote_urls": "engine remote: the base URL of one OpenAI-compatible endpoint (EXTRACTOR_REMOTE_URLS)",
     "remote_api_key": "engine remote: bearer token for the servers; prefer EXTRACTOR_REMOTE_API_KEY",
     "model": "'default' (embedded SmolLM2-135M-Instruct), 'gemma3-270m' (Gemma 3 270M base, multilingual; "
     "`model prepare --model gemma3-270m` first) or a model directory",
