@@ -27,7 +27,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from extractor.api import Extractor
-from extractor.batch import BatchSummary, RecordStats, error_record, extract_row, record_stats
+from extractor.batch import (
+    BatchInterruptedError,
+    BatchSummary,
+    RecordStats,
+    error_record,
+    extract_row,
+    record_stats,
+)
 from extractor.config import Settings
 from extractor.engines import Engine
 from extractor.errors import ExtractorError
@@ -101,18 +108,23 @@ def run(
 
     _check(config, settings)
     total = sum(count_lines(path) for path in config.inputs)
-    owned = not ray.is_initialized()
-    if owned:
-        ray.init(address=config.address, runtime_env=_runtime_env(), log_to_driver=False, configure_logging=False)
-    started = time.perf_counter()
     output = ShardedOutput(config.output, shard_rows=config.shard_rows)
+    started = time.perf_counter()
+    owned = False
     try:
+        if not ray.is_initialized():
+            ray.init(address=config.address, runtime_env=_runtime_env(), log_to_driver=False, configure_logging=False)
+            owned = True
         if progress is not None:
             progress.start(total=total, done=output.summary.rows, errors=output.summary.failed)
         refs = _ship_rows(config, output, progress)
         if refs:
             _extract(config, settings, engine_factory, refs, output, progress)
         output.summary.complete = True
+    except KeyboardInterrupt:
+        raise BatchInterruptedError(
+            f"interrupted; the records written to {config.output} are kept: run the same command to resume"
+        ) from None
     except Exception as error:  # a Ray failure, or an actor's (its engine's): the records so far stay written
         raise ExtractorError(
             f"the Ray job failed: {_first_line(error)}; the records written to "
