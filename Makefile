@@ -11,7 +11,7 @@ VLLM_EXTRA := $(if $(HAS_GPU),gpu,cpu)
 # Real-engine tests start vLLM once; on CPU it needs KV-cache space set in GiB.
 export VLLM_CPU_KVCACHE_SPACE ?= 2
 
-.PHONY: setup setup-browser setup-postgres serve test test-fast lint fix docs docs-serve bench bench-quick clean
+.PHONY: setup setup-browser setup-postgres setup-ray setup-router serve test test-fast lint fix docs docs-serve bench bench-quick clean
 
 setup: $(STAMP)
 	@$(VENV)/bin/extractor model prepare
@@ -49,13 +49,32 @@ setup-postgres:
 	@$(PG_INITDB) || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q postgresql; }
 	@$(PG_INITDB) || { echo "PostgreSQL's initdb is still missing: install Debian's postgresql package" >&2; exit 1; }
 
+# `extractor batch --ray` and its tests: Ray Data (the [ray] extra), kept out of `make setup`.
+RAY_STAMP := $(VENV)/.ray-stamp
+
+setup-ray: $(RAY_STAMP)
+
+$(RAY_STAMP): $(STAMP)
+	$(PIP) install -q 'ray[data]==2.60.0'
+	touch $(RAY_STAMP)
+
+# vllm-router (the remote engine's tests put it in front of two servers) in a venv of its own: it is a
+# separate process, and its pins (fastapi, pydantic) need not agree with vLLM's.
+ROUTER := .venv-router/bin/vllm-router
+
+setup-router: $(ROUTER)
+
+$(ROUTER):
+	$(PYTHON) -m venv .venv-router
+	.venv-router/bin/pip install -q 'vllm-router==0.1.17'
+
 serve: setup
 	$(VENV)/bin/extractor serve
 
-test: setup setup-browser setup-postgres
+test: setup setup-browser setup-postgres setup-ray setup-router
 	$(PY) -m pytest -q
 
-test-fast: setup setup-browser setup-postgres
+test-fast: setup setup-browser setup-postgres setup-ray setup-router
 	$(PY) -m pytest -q -m "not engine"
 
 # Benchmarks start vLLM: one engine at a time on a shared machine (flock where available).
@@ -88,4 +107,4 @@ docs-serve: setup
 	$(PY) -m mkdocs serve
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site
+	rm -rf $(VENV) .venv-router .pytest_cache .mypy_cache .ruff_cache site

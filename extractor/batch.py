@@ -15,7 +15,7 @@ import signal
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from extractor import pipeline
 from extractor.api import Extractor
@@ -64,6 +64,53 @@ class BatchConfig:
     grounded_decoding: bool | None = None
 
 
+class RowOptions(Protocol):
+    """How each row is extracted: what :class:`BatchConfig` and the Ray runner's config both carry."""
+
+    @property
+    def task(self) -> str: ...
+    @property
+    def temperature(self) -> float | None: ...
+    @property
+    def max_tokens(self) -> int | None: ...
+    @property
+    def max_attempts(self) -> int | None: ...
+    @property
+    def grounding(self) -> GroundingPolicy | None: ...
+    @property
+    def grounded_decoding(self) -> bool | None: ...
+
+
+@dataclass(frozen=True)
+class RecordStats:
+    """What one output record adds to a summary (computed where the record is made)."""
+
+    ok: bool
+    kind: str = ""  # the error kind of a failed record
+    attempts: int = 0
+    repaired: bool = False
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+def record_stats(record: dict[str, Any]) -> RecordStats:
+    """The counts of one output record."""
+    if record.get("ok"):
+        attempts = record["result"]["attempts"]
+        kind = ""
+    else:
+        attempts = record.get("attempts") or []
+        kind = str(record.get("error", {}).get("kind", "unknown"))
+    return RecordStats(
+        ok=bool(record.get("ok")),
+        kind=kind,
+        attempts=len(attempts),
+        repaired=any(a.get("repaired") for a in attempts),
+        prompt_tokens=sum(int(a.get("prompt_tokens", 0)) for a in attempts),
+        completion_tokens=sum(int(a.get("completion_tokens", 0)) for a in attempts),
+    )
+
+
 @dataclass
 class BatchSummary:
     """Totals over the whole output file, and this run's throughput."""
@@ -92,21 +139,22 @@ class BatchSummary:
 
     def add(self, record: dict[str, Any]) -> None:
         """Count one output record."""
+        self.count(record_stats(record))
+
+    def count(self, stats: RecordStats) -> None:
+        """Count one output record from its stats."""
         self.rows += 1
-        if record.get("ok"):
+        if stats.ok:
             self.ok += 1
-            attempts = record["result"]["attempts"]
         else:
             self.failed += 1
-            kind = str(record.get("error", {}).get("kind", "unknown"))
-            self.errors_by_kind[kind] = self.errors_by_kind.get(kind, 0) + 1
-            attempts = record.get("attempts") or []
-        if attempts:
+            self.errors_by_kind[stats.kind] = self.errors_by_kind.get(stats.kind, 0) + 1
+        if stats.attempts:
             self.extracted += 1
-            self.attempts += len(attempts)
-            self.repaired += any(a.get("repaired") for a in attempts)
-            self.prompt_tokens += sum(int(a.get("prompt_tokens", 0)) for a in attempts)
-            self.completion_tokens += sum(int(a.get("completion_tokens", 0)) for a in attempts)
+            self.attempts += stats.attempts
+            self.repaired += stats.repaired
+            self.prompt_tokens += stats.prompt_tokens
+            self.completion_tokens += stats.completion_tokens
 
     def as_dict(self) -> dict[str, Any]:
         """The summary as written to the summary file."""
@@ -173,7 +221,7 @@ def result_record(row: Row, result: ExtractionResult) -> dict[str, Any]:
     return {"id": row.id, "line": row.line, "ok": True, "result": result.model_dump(mode="json")}
 
 
-async def extract_row(extractor: Extractor, config: BatchConfig, row: Row) -> dict[str, Any]:
+async def extract_row(extractor: Extractor, config: RowOptions, row: Row) -> dict[str, Any]:
     """Extract one row (a text, or a document of a folder) into its record; only an engine failure raises."""
     try:
         if row.document is not None:

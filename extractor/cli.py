@@ -27,7 +27,7 @@ _SETTING_HELP = {
     "tasks_dir": "catalog root holding schemas/ and prompts/ (EXTRACTOR_TASKS_DIR)",
     "engine": "vllm (default, in-process), remote (OpenAI-compatible servers at --remote-urls) or scripted "
     "(a dry run answering with each task's first example)",
-    "remote_urls": "engine remote: base URLs of `vllm serve` servers, comma-separated (EXTRACTOR_REMOTE_URLS)",
+    "remote_urls": "engine remote: the base URL of one OpenAI-compatible endpoint (EXTRACTOR_REMOTE_URLS)",
     "remote_api_key": "engine remote: bearer token for the servers; prefer EXTRACTOR_REMOTE_API_KEY",
     "model": "'default' (embedded SmolLM2-135M-Instruct), 'gemma3-270m' (Gemma 3 270M base, multilingual; "
     "`model prepare --model gemma3-270m` first) or a model directory",
@@ -316,25 +316,60 @@ def _cmd_batch(args: argparse.Namespace) -> int:
     from extractor.progress import Progress
 
     settings = _settings(args)
+    if args.ray is not None:
+        return _batch_on_ray(args, settings)
+    if len(args.input) > 1:
+        raise ExtractorError("batch takes one input file; several are read with --ray")
     config = batch.BatchConfig(
         task=args.task,
-        input=Path(args.input),
+        input=Path(args.input[0]),
         output=Path(args.output),
-        text_field=args.text_field,
-        id_field=args.id_field,
-        max_chars=args.max_chars or settings.max_text_chars,
-        concurrency=args.concurrency or settings.max_num_seqs,
-        temperature=args.temperature,
-        max_tokens=args.max_tokens,
-        max_attempts=args.max_attempts,
-        grounding=args.grounding,
-        grounded_decoding=args.grounded_decoding,
+        **_row_options(args, settings),
     )
     progress = Progress(label="batch", interval_s=args.progress_interval)
     with _engine_output_to_stderr():
         summary = batch.run(Extractor(settings=settings, tasks=[args.task]), config, progress=progress)
     print(summary.text())
     print(f"summary: {batch.summary_path(config.output)}")
+    return 0
+
+
+def _row_options(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    """What a batch on one machine and one on Ray both take from the command line."""
+    return {
+        "text_field": args.text_field,
+        "id_field": args.id_field,
+        "max_chars": args.max_chars or settings.max_text_chars,
+        "concurrency": args.concurrency or settings.max_num_seqs,
+        "temperature": args.temperature,
+        "max_tokens": args.max_tokens,
+        "max_attempts": args.max_attempts,
+        "grounding": args.grounding,
+        "grounded_decoding": args.grounded_decoding,
+    }
+
+
+def _batch_on_ray(args: argparse.Namespace, settings: Settings) -> int:
+    from extractor.progress import Progress
+    from extractor.scale import ray_batch
+
+    config = ray_batch.RayBatchConfig(
+        task=args.task,
+        inputs=tuple(Path(p) for p in args.input),
+        output=Path(args.output),
+        address=args.ray or None,
+        actors=args.actors,
+        cpus_per_actor=args.cpus_per_actor,
+        gpus_per_actor=args.gpus_per_actor,
+        shard_rows=args.shard_rows,
+        batch_rows=args.rows_per_call,
+        **_row_options(args, settings),
+    )
+    progress = Progress(label="batch", interval_s=args.progress_interval)
+    with _engine_output_to_stderr():
+        summary = ray_batch.run(config, settings=settings, progress=progress)
+    print(summary.text())
+    print(f"summary: {ray_batch.summary_path(config)}")
     return 0
 
 
@@ -642,13 +677,32 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument(
         "input",
         metavar="IN.jsonl|FOLDER",
-        help="one JSON object per line, or a folder of documents (PDF, HTML, DOCX, text): one record per file",
+        nargs="+",
+        help="one JSON object per line (several with --ray), or a folder of documents (PDF, HTML, DOCX, text): "
+        "one record per file",
     )
-    batch.add_argument("output", metavar="OUT.jsonl", help="one record per input line; re-run to resume")
+    batch.add_argument(
+        "output", metavar="OUT.jsonl", help="one record per input line; re-run to resume (--ray: a folder of shards)"
+    )
     batch.add_argument("--text-field", default="text", help="the key holding the text (default: text)")
     batch.add_argument("--id-field", default="id", help="the key holding the row id (default: id; else line number)")
     batch.add_argument("--max-chars", type=int, help="longer texts become error records (default: max-text-chars)")
     _add_run_options(batch)
+    scale = batch.add_argument_group("on a Ray cluster (the [ray] extra)")
+    scale.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="run on a Ray Data actor pool: a cluster's ADDRESS, or none for RAY_ADDRESS or a local one",
+    )
+    scale.add_argument("--actors", type=int, help="engines, one an actor (default: one per GPU of the cluster, else 1)")
+    scale.add_argument("--cpus-per-actor", type=float, default=1.0, help="CPUs each actor reserves (default: 1)")
+    scale.add_argument("--gpus-per-actor", type=float, help="GPUs each actor reserves (default: 1 where there are any)")
+    scale.add_argument("--shard-rows", type=int, default=100_000, help="records a shard (default: 100000)")
+    scale.add_argument(
+        "--rows-per-call", type=int, help="rows an actor takes per call (default: --concurrency; more for many GPUs)"
+    )
     _add_settings(batch)
     batch.set_defaults(handler=_cmd_batch)
 

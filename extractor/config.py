@@ -82,7 +82,7 @@ class Settings:
     max_attempts: int = MAX_ATTEMPTS_LIMIT
     host: str = "127.0.0.1"
     port: int = 8000
-    # engine "remote": OpenAI-compatible servers (`vllm serve`), comma-separated base URLs
+    # engine "remote": the base URL of one OpenAI-compatible endpoint (`vllm serve`, vllm-router in front of many)
     remote_urls: str = ""
     remote_api_key: str | None = field(default=None, repr=False)
     remote_model: str | None = None
@@ -143,7 +143,14 @@ class Settings:
 
     def _check_service(self) -> None:
         if self.engine == "remote" and not self.remote_base_urls:
-            raise ConfigError("EXTRACTOR_REMOTE_URLS: engine 'remote' needs one or more base URLs, comma-separated")
+            raise ConfigError(
+                "EXTRACTOR_REMOTE_URLS: engine 'remote' needs the base URL of an OpenAI-compatible server"
+            )
+        if len(self.remote_base_urls) > 1:
+            raise ConfigError(
+                "EXTRACTOR_REMOTE_URLS: one endpoint; put several servers behind vllm-router, or run "
+                "`vllm serve --data-parallel-size N` (README: Scaling out)"
+            )
         for url in self.remote_base_urls:
             if not url.startswith(("http://", "https://")):
                 raise ConfigError(f"EXTRACTOR_REMOTE_URLS: {url!r} is not an http:// or https:// URL")

@@ -75,7 +75,11 @@ class Journal:
 
     def append(self, records: Iterable[dict[str, Any]]) -> None:
         """Append whole lines in one write, then fsync: after return they survive a crash."""
-        data = b"".join(json.dumps(r, ensure_ascii=False).encode("utf-8") + b"\n" for r in records)
+        self.append_lines(json.dumps(r, ensure_ascii=False) for r in records)
+
+    def append_lines(self, lines: Iterable[str]) -> None:
+        """Append records already serialised (one JSON text each, no newline) as :meth:`append` does."""
+        data = b"".join(line.encode("utf-8") + b"\n" for line in lines)
         view = memoryview(data)
         while view:
             written = os.write(self._fd, view)

@@ -1,8 +1,10 @@
-"""Remote engine: OpenAI-compatible servers (``vllm serve``) behind one extractor.
+"""Remote engine: one OpenAI-compatible endpoint (``vllm serve``) behind extractor.
 
-Scaling out is N vLLM servers, each on its own GPUs, listed in ``EXTRACTOR_REMOTE_URLS``. Each
-request goes to the healthy server with the fewest requests in flight. A server that drops
-connections is marked unhealthy, skipped, and re-probed on ``/health`` until it answers. A 429
+Scaling out is that endpoint's business: ``vllm serve --data-parallel-size N`` (one endpoint over
+N engine ranks), or ``vllm-router`` in front of many servers (health checks, retries, cache-aware
+routing). The client-side list of servers this engine once balanced is retired: it did nothing
+the router does not (``bench/results/remote_router.md``). An endpoint that drops connections is
+marked unhealthy, and re-probed on ``/health`` until it answers; meanwhile requests fail fast. A 429
 or 503 is retried after its ``Retry-After`` (seconds or an HTTP date); a 400 is the request's
 fault and is not retried (:class:`RequestRejectedError`, HTTP 422). When every try fails: 5xx
 and broken answers give :class:`UpstreamError` (502), timeouts :class:`UpstreamTimeoutError`
@@ -14,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
-import itertools
 import json
 import math
 import re
@@ -51,10 +52,9 @@ _REJECTED = (400, 413, 422)  # the request's fault; 401/403/404 are the configur
 
 @dataclass(eq=False)
 class Endpoint:
-    """One server: its load and health as this engine sees them."""
+    """The server: its health as this engine sees it."""
 
     url: str
-    in_flight: int = 0
     healthy: bool = True
     busy_until: float = 0.0
     last_error: str = ""
@@ -165,17 +165,17 @@ def error_message(response: httpx.Response) -> str:
 
 
 class RemoteEngine:
-    """Chat completions with structured outputs on one or more OpenAI-compatible servers.
+    """Chat completions with structured outputs on one OpenAI-compatible endpoint.
 
     Its I/O runs on a loop of its own (:class:`~extractor.engines.loop.LoopThread`), so the
     connection pool and the health probes outlive any one caller's event loop.
     """
 
     def __init__(self, settings: Settings, *, probe_interval_s: float = 2.0, max_retry_wait_s: float = 30.0) -> None:
-        if not settings.remote_base_urls:
-            raise ConfigError("EXTRACTOR_REMOTE_URLS: the remote engine needs one or more base URLs")
+        if len(settings.remote_base_urls) != 1:
+            raise ConfigError("EXTRACTOR_REMOTE_URLS: the remote engine needs one base URL")
         self._settings = settings
-        self.endpoints = [Endpoint(url) for url in settings.remote_base_urls]
+        self.endpoint = Endpoint(settings.remote_base_urls[0])
         self._probe_interval_s = probe_interval_s
         self._max_retry_wait_s = max_retry_wait_s
         self._loop: LoopThread | None = None
@@ -183,7 +183,6 @@ class RemoteEngine:
         self._tokenizer: Any = None
         self._served_model: str | None = settings.remote_model
         self._max_model_len = settings.max_model_len
-        self._turn = itertools.count()
         self._start_lock = threading.Lock()
 
     @property
@@ -227,7 +226,7 @@ class RemoteEngine:
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
             headers=headers,
         )
-        await asyncio.gather(*(self._check(ep) for ep in self.endpoints))
+        await self._check(self.endpoint)
 
     def _running(self) -> LoopThread:
         if self._loop is None:
@@ -286,23 +285,19 @@ class RemoteEngine:
         return estimate_tokens(messages)
 
     async def _pick(self) -> Endpoint:
-        """The healthy endpoint with the fewest requests in flight, waiting out Retry-After."""
-        while True:
-            healthy = [ep for ep in self.endpoints if ep.healthy]
-            if not healthy:
-                reasons = "; ".join(f"{ep.url}: {ep.last_error}" for ep in self.endpoints)
-                raise EngineError(f"no healthy remote server (re-probing /health): {reasons}")
-            now = time.monotonic()
-            free = [ep for ep in healthy if ep.busy_until <= now]
-            if free:
-                start = next(self._turn) % len(free)  # ties go round-robin
-                return min(free[start:] + free[:start], key=lambda ep: ep.in_flight)
-            await asyncio.sleep(min(ep.busy_until for ep in healthy) - now)
+        """The endpoint once healthy and past its Retry-After; unhealthy, fail fast."""
+        endpoint = self.endpoint
+        if not endpoint.healthy:
+            raise EngineError(f"no healthy remote server (re-probing /health): {endpoint.url}: {endpoint.last_error}")
+        wait = endpoint.busy_until - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        return endpoint
 
     async def _request(
         self, request: GenerationRequest, *, stream: bool
     ) -> tuple[Endpoint, httpx.Response, Generation | None]:
-        """Send with retries. A streamed response comes back open, its endpoint's lease held."""
+        """Send with retries. A streamed response comes back open."""
         if self._served_model is None:
             await self._discover(await self._pick())
         body = chat_payload(request, model=self.model_name, stream=stream)
@@ -311,17 +306,11 @@ class RemoteEngine:
         where = ""
         for _ in range(tries):
             endpoint = await self._pick()
-            endpoint.in_flight += 1
-            held = False
             try:
                 response, generation = await self._try(endpoint, body, stream=stream)
-                held = stream
                 return endpoint, response, generation
             except _Retry as retry:
                 last, where = retry, endpoint.url
-            finally:
-                if not held:
-                    endpoint.in_flight -= 1
         message = f"remote servers failed after {tries} tries; last: {where}: {last}"
         if last.kind == "timeout":
             raise UpstreamTimeoutError(message)
@@ -393,7 +382,6 @@ class RemoteEngine:
         except httpx.HTTPError as error:
             raise EngineError(f"{endpoint.url}: the stream broke off ({type(error).__name__})") from error
         finally:
-            endpoint.in_flight -= 1
             await response.aclose()
 
     async def close(self) -> None:
@@ -403,12 +391,12 @@ class RemoteEngine:
             await asyncio.to_thread(loop.stop)
 
     async def _close_pool(self) -> None:
-        for endpoint in self.endpoints:
-            if endpoint.probe is not None:
-                endpoint.probe.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await endpoint.probe
-                endpoint.probe = None
+        endpoint = self.endpoint
+        if endpoint.probe is not None:
+            endpoint.probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await endpoint.probe
+            endpoint.probe = None
         if self._client is not None:
             await self._client.aclose()
             self._client = None
