@@ -27,13 +27,13 @@ Worked examples are the task's pool's nearest to the text when it has a pool
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from extractor.engines.base import Message
 from extractor.examples.pool import Example
 from extractor.tasks import Task
+from extractor.templating import compact_json
 
 DEFAULT_SYSTEM = (
     "You extract structured data from text. Answer with one JSON object that follows the "
@@ -45,21 +45,9 @@ DEFAULT_SYSTEM = (
 HINTS_INTRO = "Labelled in earlier texts (may not apply here):"
 
 
-def compact_json(value: Any) -> str:
-    """JSON without optional whitespace, non-ASCII kept as is (fewer tokens)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
 def render_instruction(task: Task, text: str, *, feedback: Sequence[str] = (), previous: str | None = None) -> str:
-    """The task template rendered for one text."""
-    return task.template.render(
-        text=text,
-        fields=task.fields,
-        task={"name": task.name, "title": task.title, "description": task.description},
-        schema=compact_json(task.engine_schema),
-        feedback=list(feedback),
-        previous=previous,
-    ).strip()
+    """The task template rendered for one text (:meth:`Task.instruction`)."""
+    return task.instruction(text, feedback=feedback, previous=previous)
 
 
 def examples_for(task: Task, text: str) -> tuple[Example, ...]:

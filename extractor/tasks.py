@@ -5,6 +5,7 @@ A bad task is reported (file + JSON pointer) and left out; the other tasks keep 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -26,6 +27,7 @@ from extractor.errors import ConfigError, TaskError, UnknownTaskError
 from extractor.examples.pool import Example, ExamplePool, PoolSettings, load_pool, summarize
 from extractor.review import calibration
 from extractor.review.calibration import Calibration
+from extractor.training.manifest import MANIFEST, AdapterError, check_task
 from extractor.typed import TypedModel, model_for_schema
 
 TASK_NAME = re.compile(r"^[a-z0-9_-]{1,64}$")
@@ -196,6 +198,34 @@ class Task:
     @property
     def description(self) -> str:
         return str(self.schema.get("description") or "")
+
+    def instruction(self, text: str, *, feedback: Sequence[str] = (), previous: str | None = None) -> str:
+        """The task template rendered for one text (the instruction of :func:`extractor.prompting.render`)."""
+        return self.template.render(
+            text=text,
+            fields=self.fields,
+            task={"name": self.name, "title": self.title, "description": self.description},
+            schema=templating.compact_json(self.engine_schema),
+            feedback=list(feedback),
+            previous=previous,
+        ).strip()
+
+    def fingerprint(self) -> str:
+        """SHA-256 of what shapes the task's prompt and answer: prompt file, schema, system prompt.
+
+        What an adapter's manifest records (:mod:`extractor.training.manifest`). The schema's
+        ``x-extractor`` block is left out but for ``system`` and the pool's ``hints``: how many
+        attempts, grounding or whether the adapter also sees examples do not change what the
+        adapter learned.
+        """
+        h = hashlib.sha256(self.prompt_path.read_bytes())
+        schema = {k: v for k, v in self.schema.items() if k != "x-extractor"}
+        h.update(json.dumps(schema, sort_keys=True, ensure_ascii=False).encode())
+        h.update((self.settings.system or "").encode())
+        pool = self.settings.examples_from_pool
+        if pool is not None and pool.hints:  # the adapter learned to read the pool's hints: it needs them
+            h.update(b"\0hints")
+        return h.hexdigest()
 
 
 @dataclass
@@ -391,8 +421,6 @@ def task_from_schema(name: str, schema: dict[str, Any], *, where: str, backend: 
 
 def _with_adapter(where: str, task: Task, root: Path) -> Task:
     """The task with its adapter, checked against the task as it is now (:class:`TaskError` if stale)."""
-    from extractor.training.manifest import MANIFEST, AdapterError, check_task
-
     setting = task.settings.adapter
     if setting is False:
         return task
@@ -566,11 +594,9 @@ def _compile_template(path: Path) -> tuple[jinja2.Template, bool]:
 
 
 def _check_renders(task: Task) -> None:
-    from extractor.prompting import render_instruction
-
     for feedback in ((), ("example error",)):
         try:
-            render_instruction(task, _SAMPLE_TEXT, feedback=feedback, previous="{}" if feedback else None)
+            task.instruction(_SAMPLE_TEXT, feedback=feedback, previous="{}" if feedback else None)
         except Exception as error:  # noqa: BLE001 - any template failure is the analyst's to fix
             raise TaskError(str(task.prompt_path), "", f"template does not render: {error}") from None
 

@@ -19,6 +19,7 @@ the task is left out naming the template; at request time it is that request's e
 from __future__ import annotations
 
 import functools
+import json
 import math
 import re
 import sys
@@ -217,3 +218,8 @@ class BoundedTemplate(jinja2.Template):
 def environment() -> BoundedSandbox:
     """The environment task prompts compile in (strict undefined, no autoescape)."""
     return BoundedSandbox(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
+
+
+def compact_json(value: Any) -> str:
+    """JSON without optional whitespace, non-ASCII kept as is (fewer tokens)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))

@@ -20,8 +20,9 @@ from pathlib import Path
 from extractor.engines.base import Message
 from extractor.errors import ExtractorError
 from extractor.examples.pool import check_line
-from extractor.prompting import compact_json, render
+from extractor.prompting import render
 from extractor.tasks import Task
+from extractor.templating import compact_json
 
 
 @dataclass(frozen=True)

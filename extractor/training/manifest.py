@@ -13,10 +13,9 @@ import json
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from extractor.errors import ConfigError
-from extractor.tasks import Task
 
 MANIFEST = "extractor-adapter.json"
 FORMAT = 1
@@ -25,6 +24,17 @@ _EDGE = 1 << 20  # bytes read from each end of a weight file for its fingerprint
 
 class AdapterError(ConfigError):
     """An adapter that does not fit the model or the task it is asked to serve."""
+
+
+class Fingerprinted(Protocol):
+    """What the manifest reads of a task: its name and the fingerprint of its prompt and answer."""
+
+    @property
+    def name(self) -> str: ...
+
+    def fingerprint(self) -> str:
+        """SHA-256 of what shapes the task's prompt and answer (:meth:`extractor.tasks.Task.fingerprint`)."""
+        ...
 
 
 # The config keys that fix the network's shape. The rest of config.json (``transformers_version``,
@@ -59,28 +69,11 @@ def model_fingerprint(model_dir: Path) -> str:
     return h.hexdigest()
 
 
-def template_fingerprint(task: Task) -> str:
-    """SHA-256 of what shapes the task's prompt and answer: prompt file, schema, system prompt.
-
-    The schema's ``x-extractor`` block is left out but for ``system`` and the pool's ``hints``: how
-    many attempts, grounding or whether the adapter also sees examples do not change what the
-    adapter learned.
-    """
-    h = hashlib.sha256(task.prompt_path.read_bytes())
-    schema = {k: v for k, v in task.schema.items() if k != "x-extractor"}
-    h.update(json.dumps(schema, sort_keys=True, ensure_ascii=False).encode())
-    h.update((task.settings.system or "").encode())
-    pool = task.settings.examples_from_pool
-    if pool is not None and pool.hints:  # the adapter learned to read the pool's hints: it needs them
-        h.update(b"\0hints")
-    return h.hexdigest()
-
-
 def write(
     folder: Path,
     *,
     model_dir: Path,
-    tasks: Sequence[Task],
+    tasks: Sequence[Fingerprinted],
     data_hash: str,
     config: Mapping[str, Any],
     metrics: Mapping[str, Any],
@@ -90,7 +83,7 @@ def write(
         "format": FORMAT,
         "base_model": model_dir.name,
         "base_model_sha256": model_fingerprint(model_dir),
-        "tasks": {t.name: {"template_sha256": template_fingerprint(t)} for t in tasks},
+        "tasks": {t.name: {"template_sha256": t.fingerprint()} for t in tasks},
         "data_sha256": data_hash,
         "config": dict(config),
         "metrics": dict(metrics),
@@ -126,14 +119,14 @@ def read(folder: Path) -> dict[str, Any]:
     return value
 
 
-def check_task(folder: Path, task: Task) -> dict[str, Any]:
+def check_task(folder: Path, task: Fingerprinted) -> dict[str, Any]:
     """The manifest, if the adapter was trained for ``task`` as it is now; else :class:`AdapterError`."""
     manifest = read(folder)
     entry = manifest.get("tasks", {}).get(task.name)
     if entry is None:
         trained = ", ".join(sorted(manifest.get("tasks", {}))) or "none"
         raise AdapterError(f"{folder}: trained for {trained}, not for task {task.name!r}")
-    if entry.get("template_sha256") != template_fingerprint(task):
+    if entry.get("template_sha256") != task.fingerprint():
         raise AdapterError(
             f"{folder}: trained on another version of task {task.name!r} (its prompt, schema or system "
             f"prompt changed since); run `extractor train {task.name}` again"

@@ -22,7 +22,6 @@ from extractor.errors import (
     UnknownTaskError,
 )
 from extractor.pipeline import Options
-from extractor.prompting import compact_json
 from extractor.results import ExtractionResult
 from extractor.server.errors import error_body as service_error_body
 from extractor.server.errors import error_headers
@@ -45,6 +44,7 @@ from extractor.server.openai.protocol import (
     UsageOut,
 )
 from extractor.tasks import Task
+from extractor.templating import compact_json
 
 STREAM_PIECE_CHARS = 32  # the validated JSON goes out in pieces of this many characters
 CHAT_TEMPERATURE = 1.0  # OpenAI's default for a plain chat
