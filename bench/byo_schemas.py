@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from extractor.catalog.tasks import load_task
 from extractor.errors import TaskError
-from extractor.tasks import load_task
 
 DATA = Path(__file__).parent / "data" / "byo_schemas"
 RESULTS = Path(__file__).parent / "results"

@@ -30,11 +30,11 @@ from typing import Any
 
 from bench.common import GOLD, RESULTS, ROOT, SNIPS_TASKS, machine
 from extractor import Catalog, Extractor, Settings
-from extractor.evaluation import evaluate
-from extractor.gold import GoldItem, load_gold, select, task_map
+from extractor.catalog.tasks import Task, calibration_path
+from extractor.jobs.evaluation import evaluate
+from extractor.jobs.gold import GoldItem, load_gold, select, task_map
 from extractor.models import resolve_model_dir
 from extractor.review import calibration, fitting
-from extractor.tasks import Task, calibration_path
 from extractor.training import data, manifest, trainer
 from extractor.training.recipe import recipe
 

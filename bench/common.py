@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from extractor import Settings, Task, grounded_decoding, pipeline
+from extractor import Settings, Task, pipeline
+from extractor.catalog.prompting import render
+from extractor.constraints import grounded_decoding
 from extractor.engines.base import Engine, Generation, GenerationRequest
-from extractor.gold import GoldItem, load_gold, select, task_map
-from extractor.prompting import render
+from extractor.jobs.gold import GoldItem, load_gold, select, task_map
 
 ROOT = Path(__file__).resolve().parent.parent
 # SNIPS: shared/ is the repo's sibling; BENCH_SNIPS_DIR points elsewhere (the GPU host: /tmp/stage)

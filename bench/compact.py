@@ -24,10 +24,10 @@ from typing import Any
 
 from bench import common, stages
 from extractor import ExtractionResult, Extractor, Task
-from extractor.batch import BatchConfig, run_batch
 from extractor.engines.base import Engine, GenerationRequest, Message
-from extractor.evaluation import evaluate
-from extractor.gold import GoldItem
+from extractor.jobs.batch import BatchConfig, run_batch
+from extractor.jobs.evaluation import evaluate
+from extractor.jobs.gold import GoldItem
 
 SEED_TRIES = 3
 

@@ -33,7 +33,7 @@ from typing import Any
 from bench import common, compact, grounded_grammar
 from bench.http_bench import free_port, percentile
 from extractor import Extractor, Settings
-from extractor.gold import GoldItem
+from extractor.jobs.gold import GoldItem
 
 # Qwen2.5-7B-Instruct's dimensions (its config.json), with the default model's tokenizer and vocabulary.
 QWEN25_7B = {

@@ -20,7 +20,7 @@ from bench.common import ROOT, write_table
 from bench.grounded_grammar import TASK, texts
 from extractor import Catalog, Settings
 from extractor.constraints import substring
-from extractor.grounded_decoding import extractive_nodes
+from extractor.constraints.grounded_decoding import extractive_nodes
 from extractor.models import default_model_dir
 
 VARIANTS = {

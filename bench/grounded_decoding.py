@@ -7,7 +7,7 @@ Three runs over the same utterances (the first N of each of the 7 intents):
   after the last attempt;
 * grounded decoding: every slot constrained to spans of the utterance while decoding (flag).
 
-Scored with `extractor eval`'s own code (extractor.gold, extractor.evaluation), so the numbers
+Scored with `extractor eval`'s own code (extractor.jobs.gold, extractor.jobs.evaluation), so the numbers
 mean what they mean in `extractor eval`; plus values removed by strict grounding, failed
 extractions and constrained utterances. The runs follow each other on one engine, after a warm-up.
 
@@ -25,8 +25,8 @@ from typing import Any
 
 from bench.common import ADAPTER_SERVING, GOLD
 from extractor import Extractor, Settings
-from extractor.evaluation import Prediction, evaluate
-from extractor.gold import GoldItem, load_gold, select, task_map
+from extractor.jobs.evaluation import Prediction, evaluate
+from extractor.jobs.gold import GoldItem, load_gold, select, task_map
 
 DEV = GOLD
 OUT = Path(__file__).resolve().parent / "results" / "grounded_decoding.md"

@@ -26,7 +26,7 @@ from typing import Any
 from bench.common import ADAPTER_SERVING, RESULTS, SNIPS, machine
 from extractor import Extractor, Settings
 from extractor.constraints import substring
-from extractor.grounded_decoding import enum_constrain, extractive_nodes
+from extractor.constraints.grounded_decoding import enum_constrain, extractive_nodes
 
 POOL = SNIPS / "pool.jsonl"
 TASK = "snips_get_weather"

@@ -93,7 +93,7 @@ def render(rows: Sequence[dict[str, Any]]) -> None:
         *(["![F1 against pool size](learning_curve.png)", ""] if drew else []),
         *table(rows),
         "",
-        "## Errors by kind (`extractor eval --errors`, `extractor/diagnosis.py`)",
+        "## Errors by kind (`extractor eval --errors`, `extractor/jobs/diagnosis.py`)",
         "",
         "Each predicted or expected value counted once: a boundary error is a value overlapping an expected one "
         "of its field; wrong field, the same value under another field; invented, a value overlapping no "

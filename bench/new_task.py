@@ -3,7 +3,7 @@
 The task is `bench/tasks/zh_entities/` (a schema and a prompt, no code). For each pool size N
 the first N lines of `../shared/eval/cluener/pool.jsonl` are imported as its pool
 (`extractor examples import`'s code), then each variant is scored on `dev.jsonl` with
-`extractor eval`'s code, errors sorted by kind (`extractor.diagnosis`):
+`extractor eval`'s code, errors sorted by kind (`extractor.jobs.diagnosis`):
 
 - ``lexicon``: no model at all, the pool's hints (``extractor.examples.lexicon``) as the answer;
 - ``retrieval``: the base model, 3 pool examples retrieved per request (no training);
@@ -32,10 +32,10 @@ from typing import Any
 
 from bench.common import RESULTS, ROOT, machine
 from extractor import Catalog, Extractor, Settings
-from extractor.diagnosis import diagnose_all
-from extractor.evaluation import evaluate
 from extractor.examples.importing import import_gold, write_pool
-from extractor.gold import load_gold
+from extractor.jobs.diagnosis import diagnose_all
+from extractor.jobs.evaluation import evaluate
+from extractor.jobs.gold import load_gold
 from extractor.models import resolve_model_dir
 from extractor.training import data, manifest, trainer
 from extractor.training.recipe import recipe
@@ -85,7 +85,7 @@ def train(folder: Path, args: argparse.Namespace, model_dir: Path) -> dict[str, 
 
 def lexicon_only(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
     """No model: the pool's hints (leftmost-longest labelled values, most frequent field) taken as the answer."""
-    from extractor.metrics import Counts, compare
+    from extractor.jobs.metrics import Counts, compare
 
     task = Catalog.load(folder).get(TASK)
     assert task.pool is not None

@@ -24,8 +24,8 @@ from typing import Any
 from bench.common import ADAPTER_SERVING, GOLD, RESULTS, ROOT, machine
 from extractor import Catalog, Extractor, Settings
 from extractor.engines.base import Engine
-from extractor.evaluation import Prediction, evaluate
-from extractor.gold import GoldItem, load_gold, select, task_map
+from extractor.jobs.evaluation import Prediction, evaluate
+from extractor.jobs.gold import GoldItem, load_gold, select, task_map
 
 SNIPS = "snips_"
 # The turns layout as it shipped before pools: the whole instruction rendered around each text.

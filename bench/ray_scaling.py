@@ -32,9 +32,9 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # one node, on 
 import ray
 
 from bench.common import write_table
-from extractor.batch import RecordStats
 from extractor.config import Settings, repo_root
-from extractor.progress import Progress
+from extractor.jobs.batch import RecordStats
+from extractor.jobs.progress import Progress
 from extractor.scale import ray_batch
 from extractor.scale.shards import ShardedOutput
 

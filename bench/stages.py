@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from extractor import batch, pipeline
+from extractor import pipeline
+from extractor.jobs import batch
 
 # (module, attribute, stage): what the pipeline and batch call, by the name they call it.
 _SYNC = [

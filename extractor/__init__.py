@@ -4,6 +4,7 @@ Public API: :func:`extract`, :func:`aextract`, :class:`Extractor`, tasks, result
 """
 
 from extractor.api import Extractor, aextract, extract
+from extractor.catalog.tasks import Catalog, Task
 from extractor.chat import ChatReply
 from extractor.config import Settings
 from extractor.documents import Document
@@ -22,7 +23,6 @@ from extractor.errors import (
     UnknownTaskError,
 )
 from extractor.results import Attempt, ExtractionResult, SpanModel, Usage
-from extractor.tasks import Catalog, Task
 
 __all__ = [
     "Attempt",

@@ -14,6 +14,8 @@ from pydantic import BaseModel
 
 from extractor import chat as chatting
 from extractor import documents, pipeline
+from extractor.catalog.reload import load_catalog
+from extractor.catalog.tasks import Catalog, Task
 from extractor.chat import ChatReply
 from extractor.config import Settings
 from extractor.documents import Document
@@ -22,9 +24,7 @@ from extractor.engines import Engine, create_engine
 from extractor.engines.base import GenerationRequest
 from extractor.errors import ExtractionFailed, ExtractorError
 from extractor.grounding import GroundingPolicy
-from extractor.reload import load_catalog
 from extractor.results import ExtractionResult
-from extractor.tasks import Catalog, Task
 from extractor.typed import TypedModel
 
 M = TypeVar("M", bound=BaseModel)
@@ -55,7 +55,7 @@ class Extractor:
         """
         self.settings = settings or Settings.from_env()
         self._tasks = None if tasks is None else frozenset(tasks)
-        # Swapped whole by a reload (extractor.reload); a request reads it once, at its start.
+        # Swapped whole by a reload (extractor.catalog.reload); a request reads it once, at its start.
         self.catalog = catalog or load_catalog(self.settings.tasks_dir, backend=self.settings.grammar_backend)
         if self.settings.max_lora_rank == 0:
             self.settings = _lora_settings(self.settings, self.catalog)

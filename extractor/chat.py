@@ -16,7 +16,7 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
-from extractor.budget import fit_window
+from extractor.catalog.budget import fit_window
 from extractor.engines.base import Engine, GenerationRequest, Message, stream_text
 from extractor.errors import InputError, TextTooLongError
 

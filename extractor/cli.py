@@ -20,7 +20,7 @@ from extractor.errors import ConfigError, ExtractionFailed, ExtractorError, Unsu
 if TYPE_CHECKING:
     from extractor.api import Extractor
     from extractor.documents import Document
-    from extractor.gold import GoldItem
+    from extractor.jobs.gold import GoldItem
 
 _SETTING_HELP = {
     "home": "cache folder for converted models (EXTRACTOR_HOME)",
@@ -214,7 +214,7 @@ def _read_file(path: Path, settings: Settings) -> Document:
 
 
 def _cmd_tasks(args: argparse.Namespace) -> int:
-    from extractor.tasks import Catalog
+    from extractor.catalog.tasks import Catalog
 
     settings = _settings(args)
     catalog = Catalog.load(settings.tasks_dir, backend=settings.grammar_backend)
@@ -245,7 +245,7 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
         for error in catalog.errors:
             print(f"error: {error}", file=sys.stderr)
     if args.action == "check":
-        from extractor import budget
+        from extractor.catalog import budget
 
         for name in catalog.names():
             task = catalog.tasks[name]
@@ -277,8 +277,8 @@ def _cmd_model(args: argparse.Namespace) -> int:
 
 
 def _cmd_codegen(args: argparse.Namespace) -> int:
-    from extractor.codegen import render_module
-    from extractor.tasks import Catalog
+    from extractor.catalog.codegen import render_module
+    from extractor.catalog.tasks import Catalog
 
     settings = _settings(args)
     task = Catalog.load(settings.tasks_dir, backend=settings.grammar_backend).get(args.task)
@@ -311,9 +311,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_batch(args: argparse.Namespace) -> int:
-    from extractor import batch
     from extractor.api import Extractor
-    from extractor.progress import Progress
+    from extractor.jobs import batch
+    from extractor.jobs.progress import Progress
 
     settings = _settings(args)
     if args.ray is not None:
@@ -350,7 +350,7 @@ def _row_options(args: argparse.Namespace, settings: Settings) -> dict[str, Any]
 
 
 def _batch_on_ray(args: argparse.Namespace, settings: Settings) -> int:
-    from extractor.progress import Progress
+    from extractor.jobs.progress import Progress
     from extractor.scale import ray_batch
 
     config = ray_batch.RayBatchConfig(
@@ -374,9 +374,9 @@ def _batch_on_ray(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from extractor import evaluation, gold
     from extractor.api import Extractor
-    from extractor.progress import Progress
+    from extractor.jobs import evaluation, gold
+    from extractor.jobs.progress import Progress
 
     if len(args.paths) > 2:
         raise ExtractorError("eval takes [TASK] GOLD.jsonl")
@@ -411,7 +411,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     if args.out:
         evaluation.write_predictions(Path(args.out), predictions)
     if args.errors:
-        from extractor.diagnosis import diagnose_all, report_text
+        from extractor.jobs.diagnosis import diagnose_all, report_text
 
         diagnosis = diagnose_all(p.record() for p in predictions)
         report["errors"] = diagnosis.as_dict()
@@ -445,9 +445,9 @@ def _pool_overlap(extractor: Extractor, items: list[GoldItem], *, exclude: bool)
 
 
 def _cmd_examples(args: argparse.Namespace) -> int:
-    from extractor import gold
+    from extractor.catalog.tasks import Catalog
     from extractor.examples.importing import import_gold, write_pool
-    from extractor.tasks import Catalog
+    from extractor.jobs import gold
 
     settings = _settings(args)
     task = Catalog.load(settings.tasks_dir, backend=settings.grammar_backend).get(args.task)
@@ -498,9 +498,9 @@ def _cmd_review(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from extractor.catalog.tasks import Catalog
     from extractor.examples.pool import summarize
     from extractor.models import resolve_model_dir
-    from extractor.tasks import Catalog
     from extractor.training import data, manifest, trainer
     from extractor.training.recipe import recipe
 
@@ -552,12 +552,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     import asyncio
 
-    from extractor import gold, pipeline
+    from extractor import pipeline
     from extractor.api import Extractor
+    from extractor.catalog.tasks import calibration_path
     from extractor.examples.pool import Example
-    from extractor.progress import Progress
+    from extractor.jobs import gold
+    from extractor.jobs.progress import Progress
     from extractor.review import calibration, fitting
-    from extractor.tasks import calibration_path
 
     extractor = Extractor(settings=_settings(args), tasks=args.tasks)
     tasks = [pipeline.served(extractor.task(name), extractor.settings) for name in args.tasks]
@@ -609,9 +610,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
 def _score_adapter(settings: Settings, task: str, path: Path) -> dict[str, Any]:
     """``extractor eval TASK GOLD`` on the freshly trained adapter: the scores the manifest keeps."""
-    from extractor import evaluation, gold
     from extractor.api import Extractor
-    from extractor.progress import Progress
+    from extractor.jobs import evaluation, gold
+    from extractor.jobs.progress import Progress
 
     extractor = Extractor(settings=settings, tasks=[task])  # loads the catalog again: the task now has its adapter
     items = gold.load_gold(path, task=task, known=extractor.catalog.names())

@@ -29,7 +29,7 @@ from urllib.parse import unquote
 
 from rapidfuzz import fuzz
 
-from extractor.decoding import node_at, walk
+from extractor.constraints.decoding import node_at, walk
 
 SpanStatus = Literal["exact", "normalized", "fuzzy", "missing"]
 GroundingPolicy = Literal["strict", "flag", "off"]

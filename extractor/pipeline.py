@@ -15,21 +15,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from extractor import chunking, grounded_decoding, grounding
-from extractor.budget import fit_window
+from extractor import chunking, grounding
+from extractor.catalog.budget import fit_window
+from extractor.catalog.prompting import render
+from extractor.catalog.tasks import ChunkSettings, Task
 from extractor.chunking import Chunk, ChunkOutcome
 from extractor.config import MAX_ATTEMPTS_LIMIT, Settings
-from extractor.constraints import wrapping
+from extractor.constraints import grounded_decoding, wrapping
+from extractor.constraints.grounded_decoding import MAX_WORDS as MAX_GROUNDED_WORDS
+from extractor.constraints.grounded_decoding import Constrained as Constraint
 from extractor.engines.base import Engine, Generation, GenerationRequest
 from extractor.errors import ChunkedExtractionFailed, ExtractionFailed, InputError, TextTooLongError
-from extractor.grounded_decoding import MAX_WORDS as MAX_GROUNDED_WORDS
-from extractor.grounded_decoding import Constrained as Constraint
 from extractor.grounding import GroundingPolicy, Span
 from extractor.parsing import parse_and_validate, validate
-from extractor.prompting import render
 from extractor.results import Attempt, ChunkModel, ExtractionResult, SpanModel, Usage
 from extractor.review import confidence
-from extractor.tasks import ChunkSettings, Task
 from extractor.typed import TypedModel, build_value
 
 # Room kept in each chunk's window for a re-ask: the previous answer and the feedback lines.

@@ -38,7 +38,7 @@ from typing import Any, ForwardRef, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, create_model
 
-from extractor.decoding import node_at
+from extractor.constraints.decoding import node_at
 
 # Typing forms subscripted with run-time tuples: typed Any so mypy reads them as expressions.
 _LITERAL: Any = Literal

@@ -11,12 +11,12 @@ import httpx
 import pytest
 
 from extractor import Catalog, ExtractionFailed, Extractor, ScriptedEngine, Settings
-from extractor.budget import check, worst_case
+from extractor.catalog.budget import check, worst_case
+from extractor.catalog.prompting import render
 from extractor.cli import main
 from extractor.engines.base import GenerationRequest
 from extractor.engines.memory import GIB, cpu_kv_cache_size
 from extractor.parsing import MAX_DEPTH, MAX_REPAIR_CHARS, parse
-from extractor.prompting import render
 from extractor.server import create_app
 
 from .conftest import LANDMARK_TEXT, landmark

@@ -18,7 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from extractor import Catalog, Extractor, ScriptedEngine, Settings, limits, templating
+from extractor import Catalog, Extractor, ScriptedEngine, Settings
+from extractor.catalog import limits, templating
 from extractor.server import create_app
 
 from .live import StubServer

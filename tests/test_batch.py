@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from extractor import Catalog, EngineError, Extractor, ScriptedEngine, Settings
-from extractor.batch import BatchConfig, run_batch, summary_path
 from extractor.engines.base import Generation, GenerationRequest
 from extractor.errors import ExtractorError
-from extractor.journal import Journal
-from extractor.progress import Progress
+from extractor.jobs.batch import BatchConfig, run_batch, summary_path
+from extractor.jobs.journal import Journal
+from extractor.jobs.progress import Progress
 
 from .conftest import LANDMARK_TEXT, landmark
 

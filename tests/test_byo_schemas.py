@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from extractor import Catalog, Extractor, ScriptedEngine, Settings
+from extractor.catalog.tasks import load_task
 from extractor.constraints import enforcement
 from extractor.errors import TaskError
 from extractor.models import default_model_dir
-from extractor.tasks import load_task
 
 DATA = Path(__file__).parent / "data" / "drafts"
 llguidance = pytest.importorskip("llguidance")

@@ -13,8 +13,8 @@ import pydantic
 import pytest
 
 from extractor import Catalog, Extractor, ScriptedEngine
+from extractor.catalog.codegen import render_module
 from extractor.cli import main
-from extractor.codegen import render_module
 from extractor.typed import build_value
 
 from .conftest import LANDMARK_TEXT, landmark

@@ -123,7 +123,7 @@ def test_results_carry_a_confidence_per_value_and_the_lowest_for_the_whole(tmp_p
 
 def test_a_calibration_beside_the_task_maps_every_confidence(tmp_path: Path) -> None:
     root = catalog_with(tmp_path / "catalog", "landmark_slots")
-    from extractor.reload import fingerprint
+    from extractor.catalog.reload import fingerprint
 
     before = fingerprint(root, "landmark_slots")
     fitted = calibration.fit([0.1, 0.2, 0.9, 0.95, 1.0, 1.0], [False, False, True, False, True, True])

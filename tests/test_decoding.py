@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from extractor.decoding import engine_schema, unenforced_keywords, walk
+from extractor.constraints.decoding import engine_schema, unenforced_keywords, walk
 
 
 def obj(**properties: Any) -> dict[str, Any]:

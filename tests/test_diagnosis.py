@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from extractor.diagnosis import diagnose, diagnose_all, report_text
+from extractor.jobs.diagnosis import diagnose, diagnose_all, report_text
 
 TEXT = "招商银行总经理王立新在深圳说，王立新很忙。"
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from extractor import Catalog, Extractor, ScriptedEngine, Settings
-from extractor.batch import BatchConfig, run_batch
 from extractor.config import repo_root
+from extractor.jobs.batch import BatchConfig, run_batch
 
 from .conftest import landmark
 from .documents import LANDMARK_TEXT, PERIOD, Printed, docx_bytes, landmark_html, landmark_pages, printer

@@ -14,9 +14,9 @@ from extractor import Catalog, Extractor, ScriptedEngine, Settings
 from extractor.cli import main
 from extractor.engines.base import GenerationRequest
 from extractor.errors import ExtractorError
-from extractor.evaluation import evaluate
-from extractor.gold import load_gold, select, snake_case, task_map
-from extractor.metrics import Counts, compare, leaves, normalize
+from extractor.jobs.evaluation import evaluate
+from extractor.jobs.gold import load_gold, select, snake_case, task_map
+from extractor.jobs.metrics import Counts, compare, leaves, normalize
 
 from .conftest import LANDMARK_TEXT, landmark
 

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from extractor import Catalog, Extractor, Settings
+from extractor.catalog.prompting import DEFAULT_SYSTEM, render
+from extractor.catalog.tasks import TaskError
 from extractor.cli import main
 from extractor.examples.importing import import_gold, shape
 from extractor.examples.selection import Selector, tokens
-from extractor.prompting import DEFAULT_SYSTEM, render
-from extractor.tasks import TaskError
 
 from .test_tasks import base_schema, write_task
 

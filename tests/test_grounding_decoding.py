@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from extractor import Catalog, Extractor, ScriptedEngine, Settings
-from extractor.grounded_decoding import (
+from extractor.constraints.grounded_decoding import (
     MAX_CANDIDATES,
     candidates,
     check,

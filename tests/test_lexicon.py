@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from extractor.catalog.prompting import HINTS_INTRO, render
+from extractor.catalog.tasks import Catalog
 from extractor.examples.lexicon import Lexicon
-from extractor.prompting import HINTS_INTRO, render
-from extractor.tasks import Catalog
 from extractor.training.data import samples
 
 POOL = [

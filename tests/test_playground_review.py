@@ -21,9 +21,9 @@ import pytest
 import uvicorn
 
 from extractor import Extractor, ScriptedEngine, Settings
+from extractor.catalog.reload import load_catalog
 from extractor.config import repo_root
 from extractor.engines.base import GenerationRequest
-from extractor.reload import load_catalog
 from extractor.server import create_app
 
 from .test_playground_browser import CHROMIUM, CHROMIUM_ARGS

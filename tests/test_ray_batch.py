@@ -24,7 +24,7 @@ import pytest
 from extractor import ScriptedEngine, Settings
 from extractor.engines.base import GenerationRequest
 from extractor.errors import EngineError, ExtractorError
-from extractor.progress import Progress
+from extractor.jobs.progress import Progress
 
 from .conftest import LANDMARK_TEXT, landmark
 

@@ -18,7 +18,7 @@ import pytest
 import uvicorn
 
 from extractor import ExtractionFailed, ExtractionResult, Extractor
-from extractor.codegen import render_module
+from extractor.catalog.codegen import render_module
 from extractor.grounding import string_leaves
 from extractor.server import create_app
 
@@ -148,7 +148,7 @@ def test_cli_extract_prints_only_the_result(real_extractor: Extractor) -> None:
 
 def test_a_correction_teaches_the_real_model_at_once(real_extractor: Extractor, tmp_path: Path) -> None:
     """The review loop on the real model: a value corrected by a person comes back right for a near-identical text."""
-    from extractor.reload import load_catalog
+    from extractor.catalog.reload import load_catalog
 
     from .test_review_http import TASK, TEXT, client_for, make_catalog
 

@@ -16,8 +16,8 @@ import pytest
 from fastapi import FastAPI
 
 from extractor import Extractor, ScriptedEngine, Settings
+from extractor.catalog.reload import fingerprint, load_catalog, rebuild
 from extractor.engines.base import GenerationRequest
-from extractor.reload import fingerprint, load_catalog, rebuild
 from extractor.server import create_app
 
 from .test_server import metric

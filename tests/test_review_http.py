@@ -17,14 +17,14 @@ import httpx
 import pytest
 
 from extractor import Extractor, ScriptedEngine, Settings
+from extractor.catalog.reload import load_catalog
+from extractor.catalog.tasks import ReviewSettings, load_task
 from extractor.cli import main
 from extractor.config import repo_root
 from extractor.errors import TaskError
-from extractor.gold import load_gold
-from extractor.reload import load_catalog
+from extractor.jobs.gold import load_gold
 from extractor.results import ExtractionResult
 from extractor.server import create_app
-from extractor.tasks import ReviewSettings, load_task
 
 from .conftest import landmark
 from .live import served

@@ -15,7 +15,7 @@ from alembic.runtime.migration import MigrationContext
 
 from extractor import Settings
 from extractor.errors import ConfigError, InputError, ReviewConflictError, ReviewNotFoundError, ReviewStoreError
-from extractor.gold import load_gold
+from extractor.jobs.gold import load_gold
 from extractor.review import corrections, database
 from extractor.review.export import write_gold
 from extractor.review.store import ReviewItem, ReviewStore

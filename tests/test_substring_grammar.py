@@ -18,8 +18,8 @@ import pytest
 from jsonschema.validators import Draft202012Validator
 
 from extractor import Catalog, Settings
+from extractor.constraints.grounded_decoding import extractive_nodes
 from extractor.constraints.substring import UntranslatableError, clauses, translate
-from extractor.grounded_decoding import extractive_nodes
 from extractor.models import default_model_dir
 
 from .conftest import LANDMARK_TEXT

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from extractor.catalog.tasks import Catalog, load_task
 from extractor.config import repo_root
 from extractor.errors import TaskError, UnknownTaskError
-from extractor.tasks import Catalog, load_task
 
 GOOD = "good"
 BAD = "bad"

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from extractor import Catalog, Extractor, ScriptedEngine, Settings
+from extractor.catalog.prompting import render
 from extractor.config import repo_root
 from extractor.models import resolve_model_dir
-from extractor.prompting import render
 from extractor.training import data, manifest, trainer
 
 TASK = "snips_get_weather"

@@ -2,6 +2,6 @@
 
 - :mod:`extractor.constraints.substring`: the task schema as an llguidance Lark grammar whose
   grounded string fields can only be substrings of the text (any length of text, a few ms);
-- :mod:`extractor.grounded_decoding`: which fields are grounded, and the older per-request enum
+- :mod:`extractor.constraints.grounded_decoding`: which fields are grounded, and the older per-request enum
   of spans, kept for what the grammar cannot express.
 """

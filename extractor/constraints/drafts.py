@@ -47,7 +47,7 @@ from jsonschema.validators import (
 )
 from referencing._core import Resolver
 
-from extractor import decoding
+from extractor.constraints import decoding
 
 if TYPE_CHECKING:
     from referencing._core import Resolver

@@ -29,8 +29,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from extractor import decoding
-from extractor.decoding import types_of, walk
+from extractor.constraints import decoding
+from extractor.constraints.decoding import types_of, walk
 
 # The formats llguidance 1.7.6 compiles (any other is a compile error).
 KNOWN_FORMATS = frozenset({"date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid", "uri"})

@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from extractor import decoding
+from extractor.constraints import decoding
 from extractor.grounding import _resolve, split_unspaced
 
 # One JSON string character as written: an escape or a character that needs none.

@@ -20,9 +20,8 @@ from typing import Any, TypeVar
 
 from jsonschema.protocols import Validator
 
-from extractor import decoding
 from extractor.config import GrammarBackend
-from extractor.constraints import drafts, enforcement, wrapping
+from extractor.constraints import decoding, drafts, enforcement, wrapping
 from extractor.errors import TaskError
 from extractor.examples.pool import Example
 

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from extractor.decoding import types_of
+from extractor.catalog.tasks import Task
+from extractor.constraints.decoding import types_of
 from extractor.examples.pool import check_line
-from extractor.gold import TaskMap
 from extractor.grounding import _resolve
-from extractor.journal import write_atomic
-from extractor.tasks import Task
+from extractor.jobs.gold import TaskMap
+from extractor.jobs.journal import write_atomic
 
 
 @dataclass

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from extractor.errors import ConfigError
-from extractor.metrics import leaves, normalize
+from extractor.jobs.metrics import leaves, normalize
 
 FORMAT = 1
 BINS = 10
@@ -102,7 +102,7 @@ def fit(raw: Sequence[float], correct: Sequence[bool], **about: Any) -> Calibrat
 
 def save(calibration: Calibration, path: Path) -> None:
     """Write the map as JSON (atomically)."""
-    from extractor.journal import write_atomic
+    from extractor.jobs.journal import write_atomic
 
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, json.dumps(calibration.as_dict(), ensure_ascii=False, indent=1) + "\n")
@@ -134,7 +134,7 @@ def load(path: Path) -> Calibration:
 def label(expected: Any, predicted: Iterable[tuple[str, Any]]) -> list[bool]:
     """Whether each predicted ``(field path, value)`` is right: in the gold, in that field, not used up.
 
-    Values compare as :mod:`extractor.metrics` does (normalized, a multiset per document).
+    Values compare as :mod:`extractor.jobs.metrics` does (normalized, a multiset per document).
     """
     left = Counter(leaves(expected))
     marks: list[bool] = []

@@ -19,10 +19,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from extractor.catalog.tasks import Task
 from extractor.errors import CorrectionError, ReviewStoreError
 from extractor.examples.pool import MAX_TEXT_CHARS, check_output
-from extractor.journal import fsync_dir
-from extractor.tasks import Task
+from extractor.jobs.journal import fsync_dir
 
 POOL_ID_PREFIX = "review-"
 

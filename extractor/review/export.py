@@ -1,7 +1,7 @@
 """Decided items as a gold file (``extractor review export``), in the format ``extractor eval`` reads.
 
 Each accepted or corrected item becomes ``{"id": "review-<id>", "task": ..., "text": ...,
-"expected": <data>}`` (:mod:`extractor.gold`): the correction, or the accepted result's data.
+"expected": <data>}`` (:mod:`extractor.jobs.gold`): the correction, or the accepted result's data.
 ``eval`` reads an object ``expected`` only, so an item of a task whose answer is not an object
 (an array or a scalar top level) is counted as skipped.
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from extractor.journal import write_atomic
+from extractor.jobs.journal import write_atomic
 from extractor.review.corrections import line_id
 from extractor.review.store import ReviewItem
 

@@ -21,13 +21,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from extractor.catalog.tasks import Task
 from extractor.constraints import wrapping
 from extractor.errors import ConfigError, EngineError, ExtractorError
 from extractor.examples.pool import Example, ExamplePool
 from extractor.grounding import field_path, scalar_leaves
 from extractor.results import ExtractionResult
 from extractor.review import calibration
-from extractor.tasks import Task
 
 DEFAULT_LINES = 400
 DEFAULT_FOLDS = 5

@@ -27,7 +27,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from extractor.api import Extractor
-from extractor.batch import (
+from extractor.config import Settings
+from extractor.engines import Engine
+from extractor.errors import ExtractorError
+from extractor.grounding import GroundingPolicy
+from extractor.jobs.batch import (
     BatchInterruptedError,
     BatchSummary,
     RecordStats,
@@ -35,12 +39,8 @@ from extractor.batch import (
     extract_row,
     record_stats,
 )
-from extractor.config import Settings
-from extractor.engines import Engine
-from extractor.errors import ExtractorError
-from extractor.grounding import GroundingPolicy
-from extractor.progress import Progress
-from extractor.rows import DEFAULT_MAX_CHARS, BadRow, Row, count_lines, read_rows
+from extractor.jobs.progress import Progress
+from extractor.jobs.rows import DEFAULT_MAX_CHARS, BadRow, Row, count_lines, read_rows
 from extractor.scale.shards import ShardedOutput, record_key
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """A sharded batch output: a folder of ``part-NNNNN.jsonl`` journals, one writer, every row once.
 
 The driver of a distributed batch is the only writer: records come back to it from the workers,
-and it appends them in chunks to the current shard (crash-safe: :class:`~extractor.journal.Journal`;
+and it appends them in chunks to the current shard (crash-safe: :class:`~extractor.jobs.journal.Journal`;
 a chunk not yet written when the driver dies is redone by the next run), moving to a new shard
 every ``shard_rows`` records. A re-run reads every shard to learn which rows
 are done, then writes new shards only, so the shards of earlier runs are never rewritten. A key
@@ -21,10 +21,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from extractor.batch import BatchSummary, RecordStats, record_stats
 from extractor.errors import ExtractorError
-from extractor.journal import Journal, write_atomic
-from extractor.rows import RowId, row_key
+from extractor.jobs.batch import BatchSummary, RecordStats, record_stats
+from extractor.jobs.journal import Journal, write_atomic
+from extractor.jobs.rows import RowId, row_key
 
 SHARD = re.compile(r"part-(\d{5,})\.jsonl")
 SUMMARY = "summary.json"

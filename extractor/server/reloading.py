@@ -17,7 +17,7 @@ import watchfiles
 from prometheus_client import Counter, Gauge, Histogram
 
 from extractor.api import Extractor
-from extractor.reload import ReloadReport, rebuild
+from extractor.catalog.reload import ReloadReport, rebuild
 from extractor.server.metrics import Metrics
 
 log = logging.getLogger("extractor.server")

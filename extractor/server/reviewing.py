@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from extractor.catalog.tasks import Task
 from extractor.errors import CorrectionError, TaskNotLoadedError, UnknownTaskError
 from extractor.review import corrections
 from extractor.review.store import Decision, Order, Page, ReviewItem, ReviewStore, Status, conflict
 from extractor.server.reloading import CatalogReloader
 from extractor.server.service import Service
-from extractor.tasks import Task
 
 
 @dataclass(frozen=True)

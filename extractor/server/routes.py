@@ -12,6 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from extractor.catalog.tasks import Task
 from extractor.errors import ExtractorError, TaskError
 from extractor.results import ExtractionResult
 from extractor.server.admission import Ticket
@@ -37,7 +38,6 @@ from extractor.server.protocol import (
 )
 from extractor.server.reloading import CatalogReloader
 from extractor.server.service import Service
-from extractor.tasks import Task
 
 router = APIRouter()
 CHAT_SEPARATOR = b"\0"

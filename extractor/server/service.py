@@ -17,6 +17,7 @@ import jinja2.meta
 
 from extractor import chat, documents
 from extractor.api import Extractor
+from extractor.catalog.tasks import TASK_NAME, Catalog, Task
 from extractor.documents.provenance import attach
 from extractor.engines.base import Generation, GenerationRequest, stream_text
 from extractor.errors import (
@@ -37,7 +38,6 @@ from extractor.review.store import ReviewStore
 from extractor.server.admission import Admission, Ticket
 from extractor.server.metrics import Metrics
 from extractor.server.protocol import BatchItem, ChatRequest, DocumentIn, ExtractOptions
-from extractor.tasks import TASK_NAME, Catalog, Task
 
 log = logging.getLogger("extractor.server")
 CANARY = GenerationRequest(messages=[{"role": "user", "content": "ping"}], temperature=0.0, max_tokens=1)

@@ -1,6 +1,6 @@
 """The training set of a task adapter: the task's pool, rendered as the pipeline renders a request. Pure.
 
-Each line of ``examples/<task>.jsonl`` becomes one chat (the pipeline's own :func:`~extractor.prompting.render`,
+Each line of ``examples/<task>.jsonl`` becomes one chat (the pipeline's own :func:`~extractor.catalog.prompting.render`,
 without worked examples: the adapter learns the task instead of reading it) and one answer
 (compact JSON, as the engine writes it). A line is refused, with its number and why, when its
 output fails the task's schema or its grounded strings are not in its text (the pool's own
@@ -17,12 +17,12 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from extractor.catalog.prompting import render
+from extractor.catalog.tasks import Task
+from extractor.catalog.templating import compact_json
 from extractor.engines.base import Message
 from extractor.errors import ExtractorError
 from extractor.examples.pool import check_line
-from extractor.prompting import render
-from extractor.tasks import Task
-from extractor.templating import compact_json
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ class Fingerprinted(Protocol):
     def name(self) -> str: ...
 
     def fingerprint(self) -> str:
-        """SHA-256 of what shapes the task's prompt and answer (:meth:`extractor.tasks.Task.fingerprint`)."""
+        """SHA-256 of what shapes the task's prompt and answer (:meth:`extractor.catalog.tasks.Task.fingerprint`)."""
         ...
 
 

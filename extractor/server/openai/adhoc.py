@@ -1,7 +1,7 @@
 """Tasks built from a request's JSON Schema, checked like catalog tasks and cached by schema hash.
 
 A schema comes from the client, so it is bounded (size, nesting) before the catalog's load
-checks run on it (:func:`extractor.tasks.task_from_schema`: 2020-12 meta-schema, local ``$ref``
+checks run on it (:func:`extractor.catalog.tasks.task_from_schema`: 2020-12 meta-schema, local ``$ref``
 only, no keyword the grammar backend would skip, the typed model). Building a task compiles a
 validator and a pydantic model: the last :data:`CACHE_SIZE` schemas are kept (least recently
 used out), and so are the errors of bad ones, so a client repeating a schema pays once.
@@ -15,9 +15,9 @@ import re
 from collections import OrderedDict
 from typing import Any
 
+from extractor.catalog.tasks import Task, task_from_schema
 from extractor.config import GrammarBackend
 from extractor.errors import TaskError
-from extractor.tasks import Task, task_from_schema
 
 CACHE_SIZE = 256
 MAX_SCHEMA_BYTES = 65_536

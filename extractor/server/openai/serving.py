@@ -12,7 +12,8 @@ import uuid
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 
-from extractor.budget import fit_window
+from extractor.catalog.budget import fit_window
+from extractor.catalog.tasks import Task
 from extractor.engines.base import GenerationRequest, Message
 from extractor.errors import ExtractorError, TextTooLongError
 from extractor.server.admission import Ticket
@@ -21,7 +22,6 @@ from extractor.server.openai.adhoc import AdHocTasks
 from extractor.server.openai.protocol import ChatCompletionOut, ChatCompletionRequest, DeltaOut, ModelOut, ModelsOut
 from extractor.server.openai.translate import Head, Job
 from extractor.server.service import Service
-from extractor.tasks import Task
 
 
 def new_id() -> str:

@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from extractor.catalog.tasks import Task
+from extractor.catalog.templating import compact_json
 from extractor.engines.base import Message
 from extractor.errors import (
     BadRequestError,
@@ -43,8 +45,6 @@ from extractor.server.openai.protocol import (
     ToolCallOut,
     UsageOut,
 )
-from extractor.tasks import Task
-from extractor.templating import compact_json
 
 STREAM_PIECE_CHARS = 32  # the validated JSON goes out in pieces of this many characters
 CHAT_TEMPERATURE = 1.0  # OpenAI's default for a plain chat

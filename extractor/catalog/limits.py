@@ -1,0 +1,235 @@
+"""Load-time limits on task files: what a catalog may hold, checked before anything else reads it.
+
+A task file is input like any other: it may point outside the catalog, be huge, nest without
+end, carry a $ref chain that recursion cannot follow, an enum that no grammar compiles, a
+length bound no regex engine takes, or a pattern that backtracks. Each is a load error
+(:class:`TaskError` naming the file and the JSON pointer) against a stated limit, so one bad
+task never costs the catalog, the process or a request. README "Limits and guarantees" lists them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+from extractor import grounding
+from extractor.catalog import patterns
+from extractor.errors import TaskError
+
+MAX_FILE_BYTES = 1_000_000  # a schema (or a prompt template) file
+MAX_DEPTH = 64  # JSON nesting of a schema file
+MAX_NODES = 50_000  # objects and arrays in one schema
+MAX_ENUM = 1_000  # values of one enum
+MAX_STRING_LENGTH = 100_000  # maxLength, minLength
+MAX_COUNT = 10_000  # maxItems, minItems, maxProperties, minProperties, maxContains, minContains
+MAX_REF_CHAIN = 32  # a $ref to a $ref to ...
+MAX_EXPANDED = 20_000  # subschemas once every $ref is followed (refs can share, and multiply, a subschema)
+MAX_COMPILE_S = 5.0  # compiling the decoding grammar of one task at load
+
+_LENGTHS = ("maxLength", "minLength")
+_COUNTS = ("maxItems", "minItems", "maxProperties", "minProperties", "maxContains", "minContains")
+_DATA = ("enum", "const", "default", "examples", "x-extractor")  # values, not subschemas
+_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def check_inside(path: Path, root: Path) -> Path:
+    """``path`` with symlinks resolved, which must lie under ``root``: a link out of the catalog is not followed."""
+    try:
+        resolved, base = path.resolve(strict=True), root.resolve(strict=True)
+    except (OSError, RuntimeError) as error:  # RuntimeError: a symlink loop
+        raise TaskError(str(path), "", f"cannot resolve the path: {error}") from None
+    if not resolved.is_relative_to(base):
+        raise TaskError(str(path), "", f"a symlink pointing outside the catalog root ({base}); not followed")
+    return resolved
+
+
+def check_file(path: Path, root: Path) -> None:
+    """``path`` lies under ``root`` (:func:`check_inside`), has at most ``MAX_FILE_BYTES``, nests ``MAX_DEPTH`` deep."""
+    where = str(path)
+    resolved = check_inside(path, root)
+    try:
+        size = resolved.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise TaskError(where, "", f"the file is {size} bytes, over the limit of {MAX_FILE_BYTES}")
+        if path.suffix == ".json":
+            _check_nesting(where, resolved.read_bytes().decode("utf-8", errors="replace"))
+    except OSError as error:
+        raise TaskError(where, "", f"cannot read the file: {error}") from None
+
+
+def _check_nesting(where: str, text: str) -> None:
+    # Before json.loads, whose recursion a deep enough document exhausts.
+    depth = 0
+    for token in _TOKENS.finditer(text):
+        char = token.group()
+        if char in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                line = text.count("\n", 0, token.start()) + 1
+                raise TaskError(where, "", f"the JSON nests deeper than {MAX_DEPTH} levels (line {line})")
+        elif char in "]}":
+            depth -= 1
+
+
+def _pointer(parts: list[str]) -> str:
+    return "#" + "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def _resolve(root: Any, ref: str) -> Any:
+    # A local ref (JSON pointer or anchor), resolved without recursion; remote refs: the task loader's.
+    return grounding._resolve(root, ref) if isinstance(root, Mapping) else None
+
+
+def check_schema(where: str, schema: Any) -> None:
+    """Every limit of this module on a parsed schema; raise :class:`TaskError` at the first one past its limit."""
+    nodes = 0
+    stack: list[tuple[Any, list[str]]] = [(schema, [])]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, list):
+            nodes += 1
+            stack.extend(reversed([(item, [*path, str(i)]) for i, item in enumerate(node)]))
+        if not isinstance(node, Mapping):
+            continue
+        nodes += 1
+        if nodes > MAX_NODES:
+            raise TaskError(where, "", f"the schema has more than {MAX_NODES} objects and arrays")
+        _check_keywords(where, schema, node, path)
+        stack.extend(reversed([(value, [*path, key]) for key, value in node.items() if key not in _DATA]))
+    _check_expansion(where, schema)
+
+
+def _check_keywords(where: str, schema: Any, node: Mapping[str, Any], path: list[str]) -> None:
+    enum = node.get("enum")
+    if isinstance(enum, list) and len(enum) > MAX_ENUM:
+        raise TaskError(where, _pointer([*path, "enum"]), f"an enum of {len(enum)} values (at most {MAX_ENUM})")
+    bounds: tuple[tuple[tuple[str, ...], int], ...] = ((_LENGTHS, MAX_STRING_LENGTH), (_COUNTS, MAX_COUNT))
+    for keys, limit in bounds:
+        for key in keys:
+            value = node.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool) and value > limit:
+                raise TaskError(where, _pointer([*path, key]), f"{key} {value} is over the limit of {limit}")
+    pattern = node.get("pattern")
+    found: list[tuple[list[str], str]] = [(["pattern"], pattern)] if isinstance(pattern, str) else []
+    if isinstance(node.get("patternProperties"), Mapping):
+        found += [(["patternProperties", key], key) for key in node["patternProperties"]]
+    for where_in, text in found:
+        if not _is_regex(text):
+            continue  # not a regex at all: the meta-schema check says so, better
+        reason = patterns.problem(text)
+        if reason is not None:
+            raise TaskError(where, _pointer([*path, *where_in]), reason)
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#"):
+        _check_chain(where, schema, ref, path)
+
+
+def _is_regex(text: str) -> bool:
+    try:
+        re.compile(text)
+    except (re.error, RecursionError, OverflowError):
+        return False
+    return True
+
+
+def _check_chain(where: str, schema: Any, ref: str, path: list[str]) -> None:
+    seen = [ref]
+    target = _resolve(schema, ref)
+    while isinstance(target, Mapping) and isinstance(target.get("$ref"), str):
+        ref = target["$ref"]
+        if not ref.startswith("#"):
+            return  # a remote ref: the task loader refuses it, naming it
+        if ref in seen:
+            loop = " -> ".join([*seen, ref])
+            raise TaskError(where, _pointer([*path, "$ref"]), f"a $ref cycle ({loop}): it never reaches a schema")
+        seen.append(ref)
+        if len(seen) > MAX_REF_CHAIN:
+            raise TaskError(
+                where, _pointer([*path, "$ref"]), f"a chain of more than {MAX_REF_CHAIN} $refs, each to another $ref"
+            )
+        target = _resolve(schema, ref)
+    if target is None or not isinstance(target, Mapping | bool):
+        raise TaskError(where, _pointer([*path, "$ref"]), f"$ref {ref!r} does not resolve to a schema in this file")
+
+
+def _check_expansion(where: str, schema: Any) -> None:
+    """Count subschemas with every $ref followed: shared definitions can multiply (a "billion laughs").
+
+    Recursion (a $ref back to a schema it is inside of) is counted once: validating it consumes
+    the instance. A $ref chain that loops without doing so is :func:`_check_chain`'s (and the task
+    loader's, through ``allOf`` and the like).
+    """
+    memo: dict[int, int] = {}
+    active: list[str] = []
+
+    def size(node: Any, path: list[str], depth: int) -> int:
+        if isinstance(node, list):
+            return sum(size(item, [*path, str(i)], depth + 1) for i, item in enumerate(node))
+        if not isinstance(node, Mapping):
+            return 0
+        if depth > 2 * MAX_DEPTH:
+            raise TaskError(
+                where, _pointer(path), f"the schema nests deeper than {2 * MAX_DEPTH} levels once $refs are followed"
+            )
+        if id(node) in memo:
+            return memo[id(node)]
+        total = 1
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#"):
+            target = _resolve(schema, ref)
+            if ref in active:
+                return total  # recursion through properties or items: each level needs more instance
+            active.append(ref)
+            target_path = [t.replace("~1", "/").replace("~0", "~") for t in unquote(ref[1:]).split("/")[1:]]
+            total += size(target, target_path, depth + 1)
+            active.pop()
+        total += sum(
+            size(value, [*path, key], depth + 1) for key, value in node.items() if key not in _DATA and key != "$ref"
+        )
+        if total > MAX_EXPANDED:
+            raise TaskError(
+                where,
+                _pointer(path),
+                f"the schema holds more than {MAX_EXPANDED} subschemas once its $refs are followed",
+            )
+        memo[id(node)] = total
+        return total
+
+    size(schema, [], 0)
+
+
+def check_compiles(where: str, engine_schema: Mapping[str, Any], *, backend: str, allow_unenforced: bool) -> list[str]:
+    """The decoding grammar compiles at load, within llguidance's own bounds (guidance backend, where installed).
+
+    vLLM compiles the same schema with the same library on every request; a schema it cannot
+    compile would fail every request, so it fails the load instead. Keywords llguidance does not
+    implement are a warning when the task allows unenforced keywords (its author opted in).
+    """
+    if backend != "guidance":
+        return []
+    try:
+        import llguidance
+    except ImportError:  # the remote engine without vLLM here: the servers compile it
+        return []
+    started = time.perf_counter()
+    try:
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(
+            json.dumps(engine_schema), defaults={"whitespace_flexible": False}
+        )
+        error = llguidance.LLMatcher.validate_grammar(grammar)
+    except (ValueError, TypeError, KeyError) as failure:
+        error = str(failure)
+    elapsed = time.perf_counter() - started
+    if elapsed > MAX_COMPILE_S:
+        raise TaskError(where, "", f"the decoding grammar took {elapsed:.1f} s to compile (at most {MAX_COMPILE_S} s)")
+    if not error:
+        return []
+    reason = " ".join(line.strip() for line in error.splitlines() if line.strip())[:300]
+    if allow_unenforced and reason.startswith("Unimplemented keys"):
+        return [f"{where}: vLLM's guidance backend refuses this schema as it is ({reason})"]
+    raise TaskError(where, "", f"the decoding grammar does not compile (llguidance): {reason}")
