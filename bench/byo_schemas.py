@@ -220,6 +220,8 @@ def main() -> None:
     args = parser.parse_args()
     result = run(args.data)
     text = report(result).replace("as tasks\n", f"as tasks{' (' + args.label + ')' if args.label else ''}\n", 1)
+    if args.data.resolve() != DATA.resolve():
+        text = text.replace("`bench/data/byo_schemas/`", f"`{args.data}/`", 1)
     args.out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     args.out.with_suffix(".md").write_text(text, encoding="utf-8")
     print(text)

@@ -85,24 +85,29 @@ def ungrounded_paths(schema: Mapping[str, Any]) -> frozenset[str]:
     Such fields hold normalized values (dates, numbers, enums) that need not occur verbatim.
     """
     found: set[str] = set()
-    _collect_ungrounded(schema, schema, "", found, depth=0)
+    _collect_ungrounded(schema, schema, "", found, depth=0, refs=())
     return frozenset(found)
 
 
-def _collect_ungrounded(root: Mapping[str, Any], node: Any, path: str, found: set[str], depth: int) -> None:
+def _collect_ungrounded(
+    root: Mapping[str, Any], node: Any, path: str, found: set[str], depth: int, refs: tuple[str, ...]
+) -> None:
+    # ``refs``: the refs followed on the way here. A recursive schema (the draft-07 meta-schema's
+    # ``"$ref": "#"`` under each of its ~11 schema-valued keywords) is walked once per ref, not
+    # once per path through it (11**32 of them under the depth bound alone).
     if not isinstance(node, Mapping) or depth > 32:
         return
     if node.get("x-grounded") is False:
         found.add(path)
     ref = node.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#"):
-        _collect_ungrounded(root, _resolve(root, ref), path, found, depth + 1)
+    if isinstance(ref, str) and ref.startswith("#") and ref not in refs:
+        _collect_ungrounded(root, _resolve(root, ref), path, found, depth + 1, (*refs, ref))
     for key in ("anyOf", "oneOf", "allOf"):
         for branch in node.get(key) or []:
-            _collect_ungrounded(root, branch, path, found, depth + 1)
+            _collect_ungrounded(root, branch, path, found, depth + 1, refs)
     for name, child in (node.get("properties") or {}).items():
-        _collect_ungrounded(root, child, f"{path}/{escape_token(str(name))}", found, depth + 1)
-    _collect_ungrounded(root, node.get("items"), path, found, depth + 1)
+        _collect_ungrounded(root, child, f"{path}/{escape_token(str(name))}", found, depth + 1, refs)
+    _collect_ungrounded(root, node.get("items"), path, found, depth + 1, refs)
 
 
 def escape_token(token: str) -> str:

@@ -319,9 +319,14 @@ def test_bounded_pathological_schemas_compile_at_load_within_a_bound(tmp_path: P
     write(tmp_path, "catastrophic", good_schema(a={"type": "string", "pattern": "^(a+)+$"}))
     write(tmp_path, "enum_1000", good_schema(a={"enum": [f"v{i}" for i in range(1000)]}))
     write(tmp_path, "one_of_10", good_schema(a=nested("oneOf", 10)))
+    # a schema of schemas (the draft-07 meta-schema's shape): each property refers back to the root
+    recursive = {"type": "object", "properties": {f"p{i}": {"$ref": "#"} for i in range(12)}}
+    write(
+        tmp_path, "recursive", {**recursive, "properties": {**recursive["properties"], "x": {"items": {"$ref": "#"}}}}
+    )
     started = time.perf_counter()
     catalog = load_bounded(tmp_path, seconds=20)
-    loaded = {"any_of_10", "catastrophic", "enum_1000", "one_of_10"}
+    loaded = {"any_of_10", "catastrophic", "enum_1000", "one_of_10", "recursive"}
     assert loaded <= set(catalog.tasks), [str(e) for e in catalog.errors]
     assert time.perf_counter() - started < 3 * limits.MAX_COMPILE_S
 
