@@ -224,7 +224,7 @@ def _extract(
     import ray
     import ray.data
 
-    resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
+    resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call, unused-ignore]  # ray typed or not installed
     gpus = float(resources.get("GPU", 0))
     ray.data.DataContext.get_current().enable_progress_bars = False  # the batch's own progress line is enough
     gpus_per_actor = config.gpus_per_actor if config.gpus_per_actor is not None else (1.0 if gpus else 0.0)
