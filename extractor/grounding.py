@@ -20,6 +20,7 @@ value is not in the text as written.
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 from collections.abc import Iterator, Mapping
@@ -79,13 +80,17 @@ def field_path(pointer: str) -> str:
     return _INDEX.sub("", pointer)
 
 
+_REF_REPEATS = 3  # nested levels of one recursive definition whose x-grounded fields are found
+
+
 def ungrounded_paths(schema: Mapping[str, Any]) -> frozenset[str]:
     """Field paths (see :func:`field_path`) whose schema says ``"x-grounded": false``.
 
     Such fields hold normalized values (dates, numbers, enums) that need not occur verbatim.
     """
     found: set[str] = set()
-    _collect_ungrounded(schema, schema, "", found, depth=0, refs=())
+    if '"x-grounded"' in json.dumps(schema, default=str):  # nothing to find: no walk at all
+        _collect_ungrounded(schema, schema, "", found, depth=0, refs=())
     return frozenset(found)
 
 
@@ -93,14 +98,14 @@ def _collect_ungrounded(
     root: Mapping[str, Any], node: Any, path: str, found: set[str], depth: int, refs: tuple[str, ...]
 ) -> None:
     # ``refs``: the refs followed on the way here. A recursive schema (the draft-07 meta-schema's
-    # ``"$ref": "#"`` under each of its ~11 schema-valued keywords) is walked once per ref, not
-    # once per path through it (11**32 of them under the depth bound alone).
+    # ``"$ref": "#"`` under each of its ~11 schema-valued keywords) is followed at most
+    # _REF_REPEATS times per ref on a branch, not once per path through it (11**32 of them).
     if not isinstance(node, Mapping) or depth > 32:
         return
     if node.get("x-grounded") is False:
         found.add(path)
     ref = node.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#") and ref not in refs:
+    if isinstance(ref, str) and ref.startswith("#") and refs.count(ref) < _REF_REPEATS:
         _collect_ungrounded(root, _resolve(root, ref), path, found, depth + 1, (*refs, ref))
     for key in ("anyOf", "oneOf", "allOf"):
         for branch in node.get(key) or []:

@@ -320,7 +320,7 @@ def test_bounded_pathological_schemas_compile_at_load_within_a_bound(tmp_path: P
     write(tmp_path, "enum_1000", good_schema(a={"enum": [f"v{i}" for i in range(1000)]}))
     write(tmp_path, "one_of_10", good_schema(a=nested("oneOf", 10)))
     # a schema of schemas (the draft-07 meta-schema's shape): each property refers back to the root
-    recursive = {"type": "object", "properties": {f"p{i}": {"$ref": "#"} for i in range(12)}}
+    recursive = {"type": "object", "properties": {f"p{i}": {"$ref": "#"} for i in range(12)}, "x-grounded": False}
     write(
         tmp_path, "recursive", {**recursive, "properties": {**recursive["properties"], "x": {"items": {"$ref": "#"}}}}
     )
