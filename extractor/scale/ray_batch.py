@@ -7,8 +7,11 @@ of bad lines itself, ships the other rows to the cluster through the object stor
 one writer of the sharded output (:mod:`extractor.scale.shards`): a record comes back to it, is
 appended and fsynced, and counts in the progress line. An actor whose process dies is restarted
 by Ray and its batch retried (Ray Data's defaults for actor pools: ``max_restarts=-1``,
-``max_task_retries=-1``); a batch that comes back twice is written once. An engine failure stops
-the job, as it does on one machine; the records written are kept and a re-run resumes.
+``max_task_retries=-1``); a batch that comes back twice is written once. A node that dies takes
+the same road: its actors are restarted where there is room (on a full cluster, once the other
+actors have run out of work and left) and the calls sent to them run again there
+(``tests/test_ray_node_loss.py``). An engine failure stops the job, as it does on one machine; the
+records written are kept and a re-run resumes.
 
 Ray is imported here only (``pip install 'extractor[ray]'``).
 """
