@@ -114,7 +114,7 @@ async def run(folder: Path, names: list[str], suite: str, args: argparse.Namespa
     await extractor.astart()
     try:
         fitted: dict[str, calibration.Calibration] = {}
-        pairs: dict[str, list[tuple[float, bool]]] = {}
+        pairs: dict[str, list[fitting.Mark]] = {}
         started = time.perf_counter()
 
         async def collect(task: Task) -> None:
@@ -138,13 +138,23 @@ async def run(folder: Path, names: list[str], suite: str, args: argparse.Namespa
         await extractor.aclose()
     raw: list[tuple[float, bool]] = []
     mapped: list[tuple[float, bool]] = []
+    joint: list[tuple[float, bool]] = []  # one map for all values, no pool verdicts (the earlier calibration)
+    dev: list[tuple[str, fitting.Mark]] = []
+    by_name = {t.name: t for t in served}
     for p in predictions:
-        for c, ok in p.scored:
-            raw.append((c, ok))
-            mapped.append((fitted[p.item.task](c), ok))
-    summaries = {name: _summary(found) for name, found in (("raw", raw), ("calibrated", mapped))}
+        if p.result is None:
+            continue
+        assert not p.result.calibrated, "the dev run must see raw confidences (the maps are applied here)"
+        for mark in fitting.marks(p.item.expected, p.result, by_name[p.item.task]):
+            dev.append((p.item.task, mark))
+            raw.append((mark.confidence, mark.right))
+            mapped.append((fitted[p.item.task](mark.confidence, mark.verdict), mark.right))
+            joint.append((fitted[p.item.task](mark.confidence), mark.right))
+    summaries = {
+        name: _summary(scored) for name, scored in (("raw", raw), ("calibrated", mapped), ("calibrated_joint", joint))
+    }
+    summaries["verdicts"] = _verdicts([m for _, m in dev])
     if args.pairs is not None:  # for reading offline: every marked value, fitting and dev
-        dev = [(p.item.task, c, ok) for p in predictions for c, ok in p.scored]
         args.pairs.write_text(json.dumps({"fit": pairs, "dev": dev}), encoding="utf-8")
     return {
         "suite": suite,
@@ -157,6 +167,16 @@ async def run(folder: Path, names: list[str], suite: str, args: argparse.Namespa
         "calibrate_s": calibrate_s,
         **summaries,
     }
+
+
+def _verdicts(marks: Sequence[fitting.Mark]) -> dict[str, dict[str, Any]]:
+    """Per pool verdict: how many values had it, and how many of them were right."""
+    out: dict[str, dict[str, Any]] = {}
+    for mark in marks:
+        slot = out.setdefault(mark.verdict, {"values": 0, "right": 0})
+        slot["values"] += 1
+        slot["right"] += mark.right
+    return out
 
 
 def _summary(pairs: list[tuple[float, bool]]) -> dict[str, Any]:
@@ -200,29 +220,61 @@ def _plot(path: Path, row: dict[str, Any]) -> None:
 def render(rows: list[dict[str, Any]]) -> Path:
     header = (
         "| suite | serving | machine | dev docs | F1 | values | wrong | ECE raw | ECE calibrated | catch@20% "
-        "(ceiling) | catch@10% / 30% | AUROC | plot |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "(ceiling) | catch@20%, one map | catch@10% / 30% | AUROC (one map) | plot |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
-    lines = []
+    lines, verdicts = [], []
     for r in rows:
         kind = "gpu" if r["machine"].get("gpu") else "cpu"
         plot = RESULTS / f"reliability_{r['suite']}_{r['serving']}_{kind}.png"
         _plot(plot, r)
-        c, raw = r["calibrated"], r["raw"]
+        c, raw, one = r["calibrated"], r["raw"], r.get("calibrated_joint")
         where = r["machine"].get("gpu") or r["machine"].get("cpu", "cpu")
         auroc = f"{c['auroc']:.3f}" if c["auroc"] is not None else "n/a"
+        if one is not None and one["auroc"] is not None:
+            auroc += f" ({one['auroc']:.3f})"
+        before = f"{one['catch_rate']:.1%}" if one is not None else "n/a"
         lines.append(
             f"| {r['suite']} | {r['serving']} | {where} | {r['docs']} | {r['f1']:.3f} | {c['values']} | {c['wrong']} | "
             f"{raw['ece']:.3f} | **{c['ece']:.3f}** | **{c['catch_rate']:.1%}** ({c['catch_ceiling']:.0%}) | "
-            f"{c['catch_10']:.1%} / {c['catch_30']:.1%} | {auroc} | [png]({plot.name}) |"
+            f"{before} | {c['catch_10']:.1%} / {c['catch_30']:.1%} | {auroc} | [png]({plot.name}) |"
         )
+        if r.get("verdicts"):
+            cells = []
+            for v in ("agrees", "differs", "unseen", "other"):
+                n = r["verdicts"].get(v, {"values": 0, "right": 0})
+                cells.append(f"{n['values']} ({n['right'] / n['values']:.0%})" if n["values"] else "0")
+            verdicts.append(f"| {r['suite']} | {r['serving']} | {where} | " + " | ".join(cells) + " |")
     out = RESULTS / "calibration.md"
+    by_verdict = ""
+    if verdicts:
+        by_verdict = (
+            "\n## The pool's verdict on the dev values\n\nValues (share right) by what the task's pool says of "
+            "the string (`extractor/review/agreement.py`): it labelled it most often as this field (agrees), as "
+            "another (differs), never (unseen), or the lexicon does not keep such a value (other: not a string, "
+            "a field that is not grounded, too short).\n\n"
+            "| suite | serving | machine | agrees | differs | unseen | other |\n|---|---|---|---|---|---|---|\n"
+            + "\n".join(verdicts)
+            + "\n"
+        )
+    if any("calibrated_joint" not in r for r in rows):
+        by_verdict += (
+            "\nA row with n/a under *one map* was measured before the pool's verdicts were part of the "
+            "calibration (one map for all values) and not run again since.\n"
+        )
     out.write_text(
         "# Confidence: calibration and the catch rate (`python -m bench.calibration`)\n\n"
         "Each task calibrated on its own pool (cross-fitted; with an adapter, the lines its training held out), "
-        "then scored on the dev set. ECE: expected calibration error over 10 equal-width bins. catch@20%: the "
-        "share of the wrong values among the least confident 20 % of values (ceiling: what 20 % of the values "
-        "can hold at most, when more than 20 % are wrong). AUROC: the chance a right value is more confident "
-        "than a wrong one.\n\n" + header + "\n".join(lines) + "\n",
+        "then scored on the dev set. The calibration fits one isotonic map per verdict of the pool on the value "
+        "(agrees, differs, unseen, other) that had 25 values or more, and one for all values; catch@20%, one "
+        "map: the same values through the map of all values only (no verdicts), as before the verdicts. ECE: "
+        "expected calibration error over 10 equal-width bins. catch@20%: the share of the wrong values among "
+        "the least confident 20 % of values (ceiling: what 20 % of the values can hold at most, when more than "
+        "20 % are wrong). AUROC: the chance a right value is more confident than a wrong one.\n\n"
+        + header
+        + "\n".join(lines)
+        + "\n"
+        + by_verdict,
         encoding="utf-8",
     )
     return out
@@ -263,7 +315,7 @@ def main() -> None:
             use_adapter(folder, names, "adapters/snips" if args.suite == "snips" else f"adapters/{names[0]}")
         row |= asyncio.run(run(folder, names, args.suite, args, args.serving))
     row["machine"] = machine()
-    brief = {k: v for k, v in row.items() if k not in ("raw", "calibrated", "machine")}
+    brief = {k: v for k, v in row.items() if k not in ("raw", "calibrated", "calibrated_joint", "machine")}
     print("bench:", json.dumps(brief), json.dumps({k: row[k]["ece"] for k in ("raw", "calibrated")}), flush=True)
     print("bench: calibrated", json.dumps({k: v for k, v in row["calibrated"].items() if k != "reliability"}))
     rows = json.loads(args.raw.read_text(encoding="utf-8")) if args.raw.is_file() else []

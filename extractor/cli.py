@@ -582,7 +582,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     print(f"calibrate {', '.join(args.tasks)}: {source}", file=sys.stderr)
     progress = Progress(label="calibrate", interval_s=args.progress_interval)
 
-    async def run() -> list[tuple[float, bool]]:
+    async def run() -> list[fitting.Mark]:
         try:
             await extractor.astart()
             progress.start(total=len(cases))
@@ -604,7 +604,15 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         path = calibration_path(extractor.settings.tasks_dir, task.name)
         calibration.save(fitted, path)
         written.append(str(path))
-    _print_json({"calibration": written, "values": fitted.values, "points": len(fitted.points), **fitted.scores})
+    _print_json(
+        {
+            "calibration": written,
+            "values": fitted.values,
+            "points": len(fitted.points),
+            "own_maps": sorted(fitted.strata),
+            **fitted.scores,
+        }
+    )
     return 0
 
 

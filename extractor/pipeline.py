@@ -29,7 +29,7 @@ from extractor.errors import ChunkedExtractionFailed, ExtractionFailed, InputErr
 from extractor.grounding import GroundingPolicy, Span
 from extractor.parsing import parse_and_validate, validate
 from extractor.results import Attempt, ChunkModel, ExtractionResult, SpanModel, Usage
-from extractor.review import confidence
+from extractor.review import agreement, confidence
 from extractor.typed import TypedModel, build_value
 
 # Room kept in each chunk's window for a re-ask: the previous answer and the feedback lines.
@@ -282,7 +282,7 @@ async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk:
                 chunk=chunk,
             )
         )
-        scored = scores(task, generation) if not errors or (parsed.ok and not cut) else None
+        scored = scores(task, generation, parsed.value) if not errors or (parsed.ok and not cut) else None
         if not errors:
             return _scored(Extracted(parsed.value, spans, [], attempts, fields, decoding=constrained), scored)
         if parsed.ok and not cut:
@@ -309,11 +309,12 @@ class Scores:
     calibrated: bool
 
 
-def scores(task: Task, generation: Generation) -> Scores | None:
+def scores(task: Task, generation: Generation, value: Any) -> Scores | None:
     """Each value's confidence from the generation's token probabilities (None: it had none).
 
     Raw probabilities go through the task's calibration when it was fitted for the way the task
-    is served now (with its adapter or without).
+    is served now (with its adapter or without); a calibration with a map per pool verdict
+    takes each value's verdict from the pool the task is served with (``value``: the answer as decoded).
     """
     if not generation.token_logprobs:
         return None
@@ -321,7 +322,8 @@ def scores(task: Task, generation: Generation) -> Scores | None:
     mapping = task.calibration
     if mapping is None or mapping.adapter != (task.adapter is not None):
         return Scores(raw, calibrated=False)
-    return Scores({pointer: mapping(value) for pointer, value in raw.items()}, calibrated=True)
+    found = agreement.of_task(task, value, decoded=True) if mapping.strata else {}
+    return Scores({pointer: mapping(c, found.get(pointer)) for pointer, c in raw.items()}, calibrated=True)
 
 
 def _scored(extracted: Extracted, found: Scores | None) -> Extracted:

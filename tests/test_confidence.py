@@ -15,7 +15,7 @@ from extractor.config import repo_root
 from extractor.engines.base import GenerationRequest
 from extractor.engines.remote import chat_payload, parse_completion
 from extractor.engines.tokenizer import bytes_ends, load_tokenizer, prefix_token_ends, token_ends
-from extractor.errors import TaskError
+from extractor.errors import ConfigError, TaskError
 from extractor.models import resolve_model_dir
 from extractor.review import calibration, confidence
 
@@ -257,3 +257,77 @@ def test_an_adapter_is_calibrated_on_the_lines_its_training_held_out(tmp_path: P
     (folder / manifest.MANIFEST).write_text(json.dumps({"format": manifest.FORMAT, "config": {}}), encoding="utf-8")
     with pytest.raises(ConfigError, match="--gold"):
         fitting.held_out_cases(adapted)
+
+
+def test_the_pools_verdict_on_each_value() -> None:
+    from extractor.examples.lexicon import Lexicon
+    from extractor.review import agreement
+
+    outputs = [
+        {"city": "格拉纳达", "name": "阿尔罕布拉宫", "kind": "宫殿"},
+        {"city": "格拉纳达", "tags": ["巴黎"]},
+        {"name": "格拉纳达", "tags": ["巴黎", "北京"]},
+    ]
+    lexicon = Lexicon.build(outputs, skip=frozenset({"/kind"}))
+    found = agreement.verdicts(
+        lexicon,
+        {"city": "格拉纳达", "name": "格拉纳达", "tags": ["北京", "东京"], "kind": "宫殿", "n": 3, "x": "巴"},
+        skip=frozenset({"/kind"}),
+    )
+    assert found == {
+        "/city": "agrees",  # labelled city twice, name once: the pool's most frequent field
+        "/name": "differs",
+        "/tags/0": "agrees",  # array positions left out, as the lexicon keeps them
+        "/tags/1": "unseen",
+        "/kind": "other",  # a field that is not grounded
+        "/n": "other",  # not a string
+        "/x": "other",  # shorter than the lexicon keeps
+    }
+    assert agreement.verdicts(None, {"city": "格拉纳达"}) == {"/city": "other"}
+
+
+def test_a_map_per_verdict_ranks_what_the_pool_contradicts_first(tmp_path: Path) -> None:
+    raw = [0.9] * 60 + [0.9] * 30 + [0.5] * 10
+    right = [True] * 54 + [False] * 6 + [False] * 29 + [True] + [True] * 5 + [False] * 5
+    verdicts = ["agrees"] * 60 + ["differs"] * 30 + ["unseen"] * 10  # unseen: too few for a map of its own
+    fitted = calibration.fit(raw, right, verdicts=verdicts)
+    assert set(fitted.strata) == {"agrees", "differs"}
+    assert fitted(0.9, "agrees") == pytest.approx(0.9) and fitted(0.9, "differs") == pytest.approx(1 / 30)
+    assert fitted(0.5, "unseen") == fitted(0.5) == fitted(0.5, None)  # the map of all values
+    calibration.save(fitted, tmp_path / "c.json")
+    loaded = calibration.load(tmp_path / "c.json")
+    assert loaded.strata == fitted.strata and loaded(0.9, "differs") == fitted(0.9, "differs")
+    mapped = [fitted(c, v) for c, v in zip(raw, verdicts, strict=True)]
+    joint = [fitted(c) for c in raw]
+    assert calibration.catch_rate(mapped, right, share=0.3) > calibration.catch_rate(joint, right, share=0.3)
+    assert calibration.ece(mapped, right) < calibration.ece(joint, right)
+    data = json.loads((tmp_path / "c.json").read_text())
+    data["strata"]["differs"] = [[0.5, 1.5]]
+    (tmp_path / "c.json").write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match=r"within 0\.\.1"):
+        calibration.load(tmp_path / "c.json")
+
+
+def test_results_are_calibrated_by_the_verdict_of_the_pool_they_are_served_with(tmp_path: Path) -> None:
+    root = catalog_with(tmp_path / "catalog", "landmark_slots")
+    (root / "examples").mkdir()
+    empty = {"name": None, "country": None, "city": None, "category": None, "period": None}
+    lines = [
+        {"text": "格拉纳达是西班牙的城市。", "output": {**empty, "city": "格拉纳达", "country": "西班牙"}},
+        {"text": "阿尔罕布拉宫很美。", "output": {**empty, "name": "阿尔罕布拉宫"}},
+    ]
+    (root / "examples" / "landmark_slots.jsonl").write_text(
+        "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8"
+    )
+    raw, right = [0.9] * 60, [True] * 50 + [False] * 10
+    fitted = calibration.fit(raw, right, verdicts=["agrees"] * 30 + ["differs"] * 30)
+    calibration.save(fitted, root / "calibration" / "landmark_slots.json")
+    answer = '{"name": "格拉纳达", "country": null, "city": "格拉纳达", "category": "宫殿", "period": null}'
+    engine = ScriptedEngine([answer], token_logprob=lambda text, start, end: 0.0)
+    settings = Settings.from_env({}, home=tmp_path, engine="scripted")
+    extractor = Extractor(settings=settings, engine=engine, catalog=Catalog.load(root))
+    result = extractor.extract("landmark_slots", "格拉纳达有一座宫殿。")
+    assert result.calibrated
+    assert result.confidences["/city"] == fitted(1.0, "agrees") == 1.0  # the pool calls it a city
+    assert result.confidences["/name"] == fitted(1.0, "differs") < 0.7  # ... and never a name
+    assert result.confidences["/category"] == fitted(1.0)  # never labelled: no map of its own here

@@ -55,8 +55,13 @@ class Lexicon:
                     lexicon.add(field_path(pointer), value, 1)
         return lexicon
 
+    @staticmethod
+    def keeps(value: str) -> bool:
+        """Whether a labelled value of this length and shape is remembered at all."""
+        return MIN_CHARS <= len(value) <= MAX_CHARS and value == value.strip()
+
     def add(self, path: str, value: str, count: int) -> None:
-        if not MIN_CHARS <= len(value) <= MAX_CHARS or value != value.strip():
+        if not self.keeps(value):
             return
         counts = self.fields.setdefault(value, Counter())
         counts[path] += count

@@ -151,7 +151,7 @@ async def predict(extractor: Extractor, item: GoldItem, options: Mapping[str, An
     except ExtractorError as failed:
         error = str(failed)
     counts = compare(item.expected, result.data if result is not None else None)
-    scored = fitting.marks(item.expected, result) if result is not None else []
+    scored = [(m.confidence, m.right) for m in fitting.marks(item.expected, result)] if result is not None else []
     return Prediction(item, result, attempts, error, counts, scored)
 
 

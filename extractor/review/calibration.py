@@ -7,6 +7,12 @@ are known: the task's own pool, each line extracted without seeing itself (``ext
 calibrate``). The map is stored as ``calibration/<task>.json`` beside the task's schema and
 applied to every result (``calibrated: true``).
 
+One map for all values, and one per verdict of the pool (:mod:`extractor.review.agreement`:
+the pool agrees with the value, labels it otherwise, never saw it) where the verdict held at
+least ``MIN_STRATUM`` of the fitted values: a value the pool contradicts is then as sure as
+values the pool contradicted turned out to be, which ranks it for review before an equally
+probable value the pool agrees with.
+
 Scores: :func:`ece` (expected calibration error over equal-width bins), :func:`catch_rate`
 (the share of the wrong values found when the least confident share of values is reviewed)
 and :func:`reliability` (the plot's points).
@@ -29,6 +35,9 @@ from extractor.jobs.metrics import leaves, normalize
 
 FORMAT = 1
 BINS = 10
+MIN_STRATUM = 25  # fewer values with one verdict: they take the map of all values
+
+Points = tuple[tuple[float, float], ...]
 
 
 @dataclass(frozen=True)
@@ -37,44 +46,64 @@ class Calibration:
 
     ``points`` are ``(raw, calibrated)`` pairs with ``raw`` increasing, one per block of the
     isotonic fit (at the block's mean raw confidence); between them the map is linear, beyond
-    them flat. ``adapter`` says whether it was fitted on the task served with its
-    adapter: the map applies to that serving only.
+    them flat. ``strata``: a map of the same kind per pool verdict that had enough values.
+    ``adapter`` says whether it was fitted on the task served with its adapter: the map applies
+    to that serving only.
     """
 
-    points: tuple[tuple[float, float], ...]
+    points: Points
     values: int = 0
     adapter: bool = False
     model: str = ""
     task_version: str = ""
     scores: dict[str, Any] = field(default_factory=dict)
+    strata: dict[str, Points] = field(default_factory=dict)
 
-    def __call__(self, raw: float) -> float:
-        xs = [p[0] for p in self.points]
+    def __call__(self, raw: float, verdict: str | None = None) -> float:
+        """The chance of being right of a value of ``raw`` confidence, given the pool's ``verdict`` on it."""
+        points = self.strata.get(verdict, self.points) if verdict is not None else self.points
+        xs = [p[0] for p in points]
         i = bisect.bisect_left(xs, raw)
         if i == 0:
-            return self.points[0][1]
+            return points[0][1]
         if i == len(xs):
-            return self.points[-1][1]
-        (x0, y0), (x1, y1) = self.points[i - 1], self.points[i]
+            return points[-1][1]
+        (x0, y0), (x1, y1) = points[i - 1], points[i]
         return y0 if x1 == x0 else y0 + (y1 - y0) * (raw - x0) / (x1 - x0)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "format": FORMAT,
-            "method": "isotonic",
+            "method": "isotonic, per pool verdict" if self.strata else "isotonic",
             "values": self.values,
             "adapter": self.adapter,
             "model": self.model,
             "task_version": self.task_version,
             "scores": self.scores,
             "points": [list(p) for p in self.points],
+            "strata": {v: [list(p) for p in points] for v, points in self.strata.items()},
         }
 
 
-def fit(raw: Sequence[float], correct: Sequence[bool], **about: Any) -> Calibration:
-    """The isotonic map from ``raw`` confidences to being ``correct``; ``about``: the stored facts."""
-    if len(raw) != len(correct) or not raw:
-        raise ValueError("calibration needs at least one value, and a label for each")
+def fit(
+    raw: Sequence[float], correct: Sequence[bool], *, verdicts: Sequence[str] | None = None, **about: Any
+) -> Calibration:
+    """The isotonic map from ``raw`` confidences to being ``correct``; ``about``: the stored facts.
+
+    ``verdicts``: the pool's verdict on each value; a verdict held by ``MIN_STRATUM`` values or more
+    gets a map of its own.
+    """
+    if len(raw) != len(correct) or not raw or (verdicts is not None and len(verdicts) != len(raw)):
+        raise ValueError("calibration needs at least one value, and a label (and a verdict, if any) for each")
+    strata: dict[str, Points] = {}
+    for kind in sorted(set(verdicts or ())):
+        mine = [i for i, v in enumerate(verdicts or ()) if v == kind]
+        if len(mine) >= MIN_STRATUM and len(mine) < len(raw):
+            strata[kind] = _isotonic([raw[i] for i in mine], [correct[i] for i in mine])
+    return Calibration(points=_isotonic(raw, correct), values=len(raw), strata=strata, **about)
+
+
+def _isotonic(raw: Sequence[float], correct: Sequence[bool]) -> Points:
     from scipy.optimize import isotonic_regression  # type: ignore[import-untyped]
 
     tally: dict[float, list[float]] = {}
@@ -97,7 +126,7 @@ def fit(raw: Sequence[float], correct: Sequence[bool], **about: Any) -> Calibrat
             center = sum(xs[i] * weights[i] for i in block) / mass
             points.append((center, min(1.0, max(0.0, float(fitted[start])))))
             start = end
-    return Calibration(points=tuple(points), values=len(raw), **about)
+    return tuple(points)
 
 
 def save(calibration: Calibration, path: Path) -> None:
@@ -112,12 +141,11 @@ def load(path: Path) -> Calibration:
     """Read a map written by :func:`save`; :class:`ConfigError` naming the file when it is not one."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        points = tuple((float(x), float(y)) for x, y in data["points"])
-        if data.get("format") != FORMAT or not points:
-            raise ValueError(f"format {data.get('format')!r} with {len(points)} points")
-        if any(b[0] < a[0] or not 0.0 <= b[1] <= 1.0 for a, b in itertools.pairwise(points)):
-            raise ValueError("points must rise in raw confidence and stay within 0..1")
-    except (OSError, ValueError, KeyError, TypeError) as error:
+        if data.get("format") != FORMAT:
+            raise ValueError(f"format {data.get('format')!r}")
+        points = _points(data["points"])
+        strata = {str(v): _points(p) for v, p in (data.get("strata") or {}).items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         raise ConfigError(
             f"{path}: not a calibration written by `extractor calibrate` ({error}); run it again"
         ) from None
@@ -128,7 +156,17 @@ def load(path: Path) -> Calibration:
         model=str(data.get("model") or ""),
         task_version=str(data.get("task_version") or ""),
         scores=dict(data.get("scores") or {}),
+        strata=strata,
     )
+
+
+def _points(raw: Any) -> Points:
+    points = tuple((float(x), float(y)) for x, y in raw)
+    if not points:
+        raise ValueError("no points")
+    if any(b[0] < a[0] for a, b in itertools.pairwise(points)) or not all(0.0 <= y <= 1.0 for _, y in points):
+        raise ValueError("points must rise in raw confidence and stay within 0..1")
+    return points
 
 
 def label(expected: Any, predicted: Iterable[tuple[str, Any]]) -> list[bool]:

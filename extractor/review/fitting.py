@@ -9,8 +9,10 @@ Where the labelled texts come from, by how the task is served:
   the adapter saw every other line and would be sure of them.
 * ``--gold FILE``: any labelled file, for either.
 
-Each value of each answer is marked right or wrong against the known answer; the raw
-confidences and the marks fit the isotonic map (:func:`extractor.review.calibration.fit`).
+Each value of each answer is marked right or wrong against the known answer, and given the
+pool's verdict on it (:mod:`extractor.review.agreement`, from the pool the text was extracted
+with); the raw confidences, the marks and the verdicts fit the isotonic maps
+(:func:`extractor.review.calibration.fit`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import asyncio
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from extractor.catalog.tasks import Task
 from extractor.constraints import wrapping
@@ -27,7 +29,7 @@ from extractor.errors import ConfigError, EngineError, ExtractorError
 from extractor.examples.pool import Example, ExamplePool
 from extractor.grounding import field_path, scalar_leaves
 from extractor.results import ExtractionResult
-from extractor.review import calibration
+from extractor.review import agreement, calibration
 
 DEFAULT_LINES = 400
 DEFAULT_FOLDS = 5
@@ -42,11 +44,25 @@ class Case:
     expected: Any
 
 
-def marks(expected: Any, result: ExtractionResult) -> list[tuple[float, bool]]:
-    """``(confidence, right)`` for every value of ``result`` that has a confidence, in document order."""
+class Mark(NamedTuple):
+    """One value of an answer: its confidence, whether it was right, and the pool's verdict on it."""
+
+    confidence: float
+    right: bool
+    verdict: str = agreement.OTHER
+
+
+def marks(expected: Any, result: ExtractionResult, task: Task | None = None) -> list[Mark]:
+    """A :class:`Mark` for every value of ``result`` that has a confidence, in document order.
+
+    ``task``: the task as it extracted the text, whose pool gives the verdicts (None: ``other``).
+    """
     pairs = [(p, v) for p, v in scalar_leaves(result.data) if p in result.confidences]
     labels = calibration.label(expected, [(field_path(p), v) for p, v in pairs])
-    return [(result.confidences[p], ok) for (p, _), ok in zip(pairs, labels, strict=True)]
+    found = agreement.of_task(task, result.data) if task is not None else {}
+    return [
+        Mark(result.confidences[p], ok, found.get(p, agreement.OTHER)) for (p, _), ok in zip(pairs, labels, strict=True)
+    ]
 
 
 def without(pool: ExamplePool, drop: set[int], *, skip: frozenset[str]) -> ExamplePool:
@@ -87,20 +103,20 @@ async def collect(
     *,
     concurrency: int = 64,
     progress: Callable[[int], None] | None = None,
-) -> list[tuple[float, bool]]:
+) -> list[Mark]:
     """Extract every case (``extract(task, text)``, awaitable) and mark each value; failures count no value."""
     gate = asyncio.Semaphore(concurrency)
 
-    async def one(case: Case) -> list[tuple[float, bool]]:
+    async def one(case: Case) -> list[Mark]:
         async with gate:
             try:
                 result: ExtractionResult = await extract(case.task, case.text)
             except EngineError:
                 raise
             except ExtractorError:
-                found: list[tuple[float, bool]] = []
+                found: list[Mark] = []
             else:
-                found = marks(case.expected, result)
+                found = marks(case.expected, result, case.task)
         if progress is not None:
             progress(1)
         return found
@@ -109,22 +125,33 @@ async def collect(
     return [pair for found in done for pair in found]
 
 
-def fit(pairs: Sequence[tuple[float, bool]], *, task: Task, model: str, source: str) -> calibration.Calibration:
+def fit(pairs: Sequence[Mark], *, task: Task, model: str, source: str) -> calibration.Calibration:
     """The calibration of ``task`` from marked raw confidences, with its scores before and after (in sample)."""
     if len(pairs) < 20:
         raise ConfigError(
             f"task {task.name!r}: only {len(pairs)} values to calibrate on; at least 20 are needed (more lines)"
         )
-    raw = [c for c, _ in pairs]
-    right = [ok for _, ok in pairs]
+    raw = [m.confidence for m in pairs]
+    right = [m.right for m in pairs]
+    verdicts = [m.verdict for m in pairs]
     fitted = calibration.fit(
-        raw, right, adapter=task.adapter is not None, model=model, task_version=task.version or task.name
+        raw,
+        right,
+        verdicts=verdicts,
+        adapter=task.adapter is not None,
+        model=model,
+        task_version=task.version or task.name,
     )
-    mapped = [fitted(c) for c in raw]
+    mapped = [fitted(m.confidence, m.verdict) for m in pairs]
     scores = {
         "source": source,
         "raw": calibration.summary(raw, right),
         "calibrated_in_sample": calibration.summary(mapped, right),
+        "verdicts": {
+            v: {"values": len(mine), "accuracy": sum(mine) / len(mine), "own_map": v in fitted.strata}
+            for v in sorted(set(verdicts))
+            for mine in [[m.right for m in pairs if m.verdict == v]]
+        },
     }
     return replace(fitted, scores=scores)
 
