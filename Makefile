@@ -75,7 +75,7 @@ test: setup setup-browser setup-postgres setup-ray setup-router
 	$(PY) -m pytest -q
 
 test-fast: setup setup-browser setup-postgres setup-ray setup-router
-	$(PY) -m pytest -q -m "not engine"
+	$(PY) -m pytest -q -m "not engine and not slow"
 
 # Benchmarks start vLLM: one engine at a time on a shared machine (flock where available).
 ENGINE_LOCK := $(if $(shell command -v flock),flock /tmp/extractor-engine.lock)

@@ -52,7 +52,7 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
-def _server(port: int, log: Path) -> subprocess.Popen[bytes]:
+def _server(port: int, log: Path, gpu_memory: float | None = None) -> subprocess.Popen[bytes]:
     command = [
         sys.executable,
         "-m",
@@ -66,17 +66,19 @@ def _server(port: int, log: Path) -> subprocess.Popen[bytes]:
         "--max-model-len",
         "4096",
         "--max-num-seqs",
-        "16",
+        "16" if gpu_memory is None else "256",
         "--structured-outputs-config",
         '{"backend":"guidance","disable_any_whitespace":true}',
     ]
+    if gpu_memory is not None:  # a GPU host: the servers share one GPU, each this share of its memory
+        command += ["--gpu-memory-utilization", str(gpu_memory)]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
     with log.open("ab") as out:
         return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 
-def _router(port: int, workers: list[str], log: Path) -> subprocess.Popen[bytes]:
-    command = [str(ROUTER), "--host", "127.0.0.1", "--port", str(port), "--policy", "round_robin"]
+def _router(port: int, workers: list[str], log: Path, router: Path = ROUTER) -> subprocess.Popen[bytes]:
+    command = [str(router), "--host", "127.0.0.1", "--port", str(port), "--policy", "round_robin"]
     command += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(_port()), "--worker-urls", *workers]
     with log.open("ab") as out:
         return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -144,21 +146,37 @@ def _retired(target: str) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=48)
+    parser.add_argument("--router", type=Path, default=ROUTER, help="the vllm-router binary")
+    parser.add_argument("--gpu-memory", type=float, help="a GPU host: each server's share of the one GPU")
+    parser.add_argument("--single", action="store_true", help="also the load on one server alone (both up)")
+    parser.add_argument("--table", default="remote_router.md", help="the results file under bench/results")
     args = parser.parse_args()
     rows: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         ports = [_port(), _port()]
         urls = [f"http://127.0.0.1:{p}" for p in ports]
-        servers = [_server(p, folder / f"server-{i}.log") for i, p in enumerate(ports)]
+        servers = []
+        for i, p in enumerate(ports):  # on a GPU one after another: each sizes its cache from what is free
+            servers.append(_server(p, folder / f"server-{i}.log", args.gpu_memory))
+            if args.gpu_memory is not None:
+                _wait(urls[i], "/health", servers[i])
         router_port = _port()
         router_url = f"http://127.0.0.1:{router_port}"
-        router = _router(router_port, urls, folder / "router.log")
+        router = _router(router_port, urls, folder / "router.log", args.router)
         try:
             up = max(_wait(u, "/health", s) for u, s in zip(urls, servers, strict=True))
             _wait(router_url, "/v1/models", router, timeout_s=120)
             print(f"servers up in {up:.0f} s", flush=True)
             roads: list[tuple[str, str]] = []
+            if args.single:  # the baseline: one server of the two, the other idle
+                asyncio.run(_load(urls[1], 4, folder, None))
+                measured = asyncio.run(_load(urls[1], args.docs, folder, None))
+                rows.append(
+                    f"| one server alone | both up, one used | {measured['answered']}/{args.docs} | "
+                    f"{measured['docs_per_s']:.2f} | {measured['p50_s']:.2f} |"
+                )
+                print(rows[-1], flush=True)
             for name, target in (("client-side list", ",".join(urls)), ("vllm-router", router_url)):
                 if _retired(target):
                     print(f"{name}: retired on this extractor, skipped", flush=True)
@@ -174,7 +192,7 @@ def main() -> None:
                 print(rows[-1], flush=True)
             for name, target in reversed(roads):
                 if servers[0].poll() is not None:  # killed by the run before: start it again
-                    servers[0] = _server(ports[0], folder / "server-0.log")
+                    servers[0] = _server(ports[0], folder / "server-0.log", args.gpu_memory)
                     _wait(urls[0], "/health", servers[0])
                 measured = asyncio.run(_load(target, args.docs, folder, servers[0]))
                 rows.append(
@@ -186,6 +204,20 @@ def main() -> None:
             _stop(router)
             for server in servers:
                 _stop(server)
+    if args.gpu_memory is not None:
+        import torch
+
+        intro = (
+            f"`python -m bench.remote_router --docs {args.docs} --gpu-memory {args.gpu_memory} --single` on "
+            f"{torch.cuda.get_device_name(0)} (one GPU): two `vllm serve` of the default model sharing it, "
+            f"{args.gpu_memory} of its memory each, max-num-seqs 256, `vllm-router` 0.1.17 (round robin) in front; "
+            "`landmark_slots`, all documents submitted at once through `Extractor` on the remote engine. Both "
+            "servers share one GPU: this shows the mechanism (every request answered when one dies), not the "
+            "scale of two GPUs."
+        )
+        header = ["road", "servers", "answered", "docs/s", "p50 s"]
+        print(write_table(args.table, "The remote engine behind vllm-router, on one GPU", intro, header, rows))
+        return
     intro = (
         f"`python -m bench.remote_router --docs {args.docs}` on {os.cpu_count()} CPU cores: two `vllm serve` of the "
         "default model (vllm-cpu, KV cache 1 GiB each, max-num-seqs 16) on 127.0.0.1, `vllm-router` 0.1.17 "
@@ -194,7 +226,7 @@ def main() -> None:
         "with each other, not with one server."
     )
     header = ["road", "servers", "answered", "docs/s", "p50 s"]
-    print(write_table("remote_router.md", "The remote engine: its own URL list vs vllm-router", intro, header, rows))
+    print(write_table(args.table, "The remote engine: its own URL list vs vllm-router", intro, header, rows))
 
 
 if __name__ == "__main__":
