@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bench import mask_fill
 from bench.common import RESULTS
 
 RAW = RESULTS / "raw"
@@ -207,6 +208,19 @@ def markdown() -> str:
         "no substring grammar: with it, grounded decoding uses the enum of spans.",
         "",
     ]
+    masks = [RAW / "mask-fill-0.json", RAW / "mask-fill-16.json"]
+    if all(p.is_file() for p in masks):
+        lines += [
+            "Most of that matcher work is the masks, and they need not wait on one thread: with "
+            "`EXTRACTOR_MASK_THREADS=16` (the `extractor_masks` vLLM plugin: a step's masks filled in "
+            "llguidance's Rust thread pool in one call, at any batch size) P5 went 0.40 -> **0.71** for the "
+            "schema and 0.34 -> 0.42 for the substring grammar one task at a time, 0.36 -> 0.50 and "
+            "0.28 -> 0.37 mixed (2026-12-03, one engine per row, `mask_fill.md`). Off by default until "
+            "the P1 and latency figures above are re-run with it:",
+            "",
+            mask_fill.render(masks),
+            "",
+        ]
     g = engine["grounded_by_length"]
     lines += [
         "## Grounded decoding on vs off (target ≥ 0.7× of schema-only)",

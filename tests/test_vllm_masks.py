@@ -167,3 +167,13 @@ def test_vllm_finds_the_plugin() -> None:
     code = "from vllm.plugins import load_plugins_by_group as g; print(sorted(g('vllm.general_plugins')))"
     listed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
     assert "extractor_masks" in json.loads(listed.stdout.strip().splitlines()[-1].replace("'", '"'))
+
+
+def test_a_bad_thread_count_stops_the_engine_before_it_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    from extractor.engines.vllm import VLLMEngine
+    from extractor.errors import EngineError
+
+    monkeypatch.setenv(vllm_masks.ENV, "lots")
+    engine = VLLMEngine(Settings.from_env({}))
+    with pytest.raises(EngineError, match="EXTRACTOR_MASK_THREADS: 'lots' is not a whole number"):
+        engine.start_sync()

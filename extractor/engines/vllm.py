@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from extractor.config import Settings
-from extractor.engines import memory, priority
+from extractor.engines import memory, priority, vllm_masks
 from extractor.engines.base import Generation, GenerationRequest, Message
 from extractor.engines.loop import LoopThread
 from extractor.engines.tokenizer import chat_token_ids, load_tokenizer, token_ends
@@ -159,6 +159,7 @@ class VLLMEngine:
             if size.note is not None:
                 log.warning("%s", size.note)
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(size.gib)
+        vllm_masks.threads()  # a bad EXTRACTOR_MASK_THREADS is named here, not deep in the engine core
         if self._settings.speculative_tokens and not has_cuda():
             log.warning(
                 "EXTRACTOR_SPECULATIVE_TOKENS on vLLM's CPU backend: sampled (temperature > 0) constrained "
