@@ -25,7 +25,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from typing import Any
 from bench import common, compact, grounded_grammar
 from bench.http_bench import free_port, percentile
 from extractor import Extractor, Settings
+from extractor.engines.base import GenerationRequest
 from extractor.jobs.gold import GoldItem
 
 # Qwen2.5-7B-Instruct's dimensions (its config.json), with the default model's tokenizer and vocabulary.
@@ -340,17 +341,25 @@ async def p1_http(extractor: Extractor, work: list[GoldItem], profile: Path | No
     return {"clients": clients, "docs_per_s": docs_s, "ratio": docs_s["http"] / docs_s["raw"], "passes": sides}
 
 
+def capped(r: GenerationRequest) -> GenerationRequest:
+    """The request as the pipeline sends it, its answer cut at P5's ``max_tokens``."""
+    return dataclasses.replace(r, max_tokens=P5_MAX_TOKENS)
+
+
+def free_at(tokens: int) -> Callable[[GenerationRequest], GenerationRequest]:
+    """The request without its constraint (free generation), cut at ``tokens``."""
+
+    def free(r: GenerationRequest) -> GenerationRequest:
+        return dataclasses.replace(r, json_schema=None, grammar=None, max_tokens=tokens)
+
+    return free
+
+
 async def p5(report: Report, extractor: Extractor, work: list[GoldItem]) -> None:
     """Output tok/s of raw generation: free vs the task schema vs the grounded grammar, ``max_tokens`` 128."""
     engine = extractor.engine
     cap = P5_MAX_TOKENS
-
-    def free(r: Any) -> Any:
-        return dataclasses.replace(r, json_schema=None, grammar=None, max_tokens=cap)
-
-    def capped(r: Any) -> Any:
-        return dataclasses.replace(r, max_tokens=cap)
-
+    free = free_at(cap)
     rows = {
         "free": await compact.raw_passes(engine, extractor, work, transform=free),
         "schema": await compact.raw_passes(engine, extractor, work, transform=capped),
@@ -359,8 +368,7 @@ async def p5(report: Report, extractor: Extractor, work: list[GoldItem]) -> None
     # same tokens per document on both sides (random weights never stop free text before the cap).
     matched = max(1, round(rows["schema"]["completion_tokens"] / rows["schema"]["docs"]))
 
-    def free_matched(r: Any) -> Any:
-        return dataclasses.replace(r, json_schema=None, grammar=None, max_tokens=matched)
+    free_matched = free_at(matched)
 
     rows["free_matched"] = {
         **await compact.raw_passes(engine, extractor, work, transform=free_matched),

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import json
 import sys
 import time
@@ -26,7 +25,7 @@ from typing import Any
 
 from bench import common, compact
 from bench.common import RESULTS
-from bench.gpu_bench import P5_MAX_TOKENS, mixed_pass
+from bench.gpu_bench import capped, free_at, mixed_pass
 from extractor import Extractor
 from extractor.engines import vllm_masks
 
@@ -52,19 +51,13 @@ async def measure(per_task: int) -> dict[str, Any]:
     tasks = sorted({i.task for i in items})
     work = common.jobs(items, tasks, per_task)
 
-    def capped(r: Any) -> Any:
-        return dataclasses.replace(r, max_tokens=P5_MAX_TOKENS)
-
     try:
         warm = common.jobs(items, tasks, 4)
         await compact.raw_passes(engine, extractor, warm, grounded=True)
         await compact.raw_passes(engine, extractor, warm)
         first = await compact.raw_passes(engine, extractor, work, transform=capped)
         matched = max(1, round(first["completion_tokens"] / first["docs"]))
-
-        def free(r: Any) -> Any:
-            return dataclasses.replace(r, json_schema=None, grammar=None, max_tokens=matched)
-
+        free = free_at(matched)
         report["matched_tokens"] = matched
         for layout in ("per_task", "mixed"):
             passes: dict[str, list[dict[str, Any]]] = {"free": [], "schema": [], "grounded": []}
@@ -121,7 +114,8 @@ def markdown(paths: list[Path]) -> str:
         [
             "# Token masks: vLLM's own fill vs llguidance's thread pool (issue 28)",
             "",
-            f"{machine.get('date')}, one {machine.get('gpu', 'GPU')}, vLLM {machine.get('vllm')}, 16 host cores; "
+            f"{machine.get('date')}, one {machine.get('gpu', 'GPU')}, vLLM {machine.get('vllm')}, "
+            f"{machine.get('cores')} host cores; "
             "7B-class dummy weights (`bench.gpu_bench model`), guidance backend, greedy, `max_tokens` 128. "
             f"{first['per_task']['free']['docs'] // 2} SNIPS dev lines (50 per intent); "
             "each side twice (constrained, free, free, constrained), "
