@@ -215,10 +215,18 @@ def markdown() -> str:
             "`EXTRACTOR_MASK_THREADS=16` (the `extractor_masks` vLLM plugin: a step's masks filled in "
             "llguidance's Rust thread pool in one call, at any batch size) P5 went 0.40 -> **0.71** for the "
             "schema and 0.34 -> 0.42 for the substring grammar one task at a time, 0.36 -> 0.50 and "
-            "0.28 -> 0.37 mixed (2026-12-03, one engine per row, `mask_fill.md`). Off by default until "
-            "the P1 and latency figures above are re-run with it:",
+            "0.28 -> 0.37 mixed (2026-12-03, one engine per row, `mask_fill.md`). With it `extractor batch` "
+            "ran 1.20x faster grounded and 1.86x with grounding off (P1 re-run on one host: 101 -> 122 and "
+            "88 -> 163 docs/s), but raw vLLM gained more, so P1 fell (0.78 -> 0.73, 0.82 -> 0.67). Off by "
+            "default until the latency figures are re-run with it:",
             "",
             mask_fill.render(masks),
+            "",
+            "The tokens an answer's grammar forces, or the prompt holds, as speculative drafts "
+            "(`EXTRACTOR_SPECULATIVE_METHOD=grammar`, `extractor/engines/vllm_proposer.py`: 2.57-2.67 "
+            "tokens per step on SmolLM2's answers) did not pay on vLLM 0.26: its custom proposer turns "
+            "async scheduling off, which cost more than the drafts saved (constrained output 0.75-0.94x "
+            "of the same engine without drafts, free text 0.61-0.72x; `drafts.md`). Off by default.",
             "",
         ]
     g = engine["grounded_by_length"]

@@ -29,6 +29,7 @@ def default_home() -> Path:
 
 
 ADAPTER_SERVING = ("auto", "merged", "lora", "off")
+SPECULATIVE_METHODS = ("ngram", "grammar")
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,10 @@ class Settings:
     # matching the answer's last tokens in the prompt, where grounded values and the schema's keys
     # come from; the model checks them all in one step. 0: off. See README "Speculation".
     speculative_tokens: int = 0
+    # what proposes them: "ngram" (vLLM's prompt lookup, 2-5 token matches, every request) or "grammar"
+    # (constrained answers only: the grammar's forced tokens or a 1-5 token prompt lookup, whichever
+    # is longer; extractor.engines.vllm_proposer)
+    speculative_method: str = "ngram"
     # LoRA adapters (``extractor train``): 0 derives the rank from the catalog's adapters (LoRA off without any)
     max_lora_rank: int = 0
     max_loras: int = 8
@@ -130,6 +135,11 @@ class Settings:
             raise ConfigError(
                 f"EXTRACTOR_ADAPTER_SERVING: unknown mode {self.adapter_serving!r}; "
                 f"use one of {', '.join(ADAPTER_SERVING)}"
+            )
+        if self.speculative_method not in SPECULATIVE_METHODS:
+            raise ConfigError(
+                f"EXTRACTOR_SPECULATIVE_METHOD: unknown proposer {self.speculative_method!r}; "
+                f"use one of {', '.join(SPECULATIVE_METHODS)}"
             )
         if not 1 <= self.max_attempts <= MAX_ATTEMPTS_LIMIT:
             raise ConfigError(f"EXTRACTOR_MAX_ATTEMPTS: must be 1..{MAX_ATTEMPTS_LIMIT}, got {self.max_attempts}")

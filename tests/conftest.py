@@ -6,11 +6,13 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from extractor import Catalog, Extractor, ScriptedEngine, Settings
 from extractor.config import repo_root
+from extractor.models import default_model_dir
 
 from .postgres import Cluster, cluster
 
@@ -46,6 +48,20 @@ def landmark(**values: str | None) -> str:
     data = dict.fromkeys(("name", "country", "city", "category", "period"))
     data.update(values)
     return json.dumps(data, ensure_ascii=False)
+
+
+@pytest.fixture(scope="session")
+def tokenizers() -> tuple[Any, Any]:
+    """The default model's Hugging Face tokenizer and llguidance's view of it (grammar and mask tests)."""
+    from transformers import AutoTokenizer
+
+    model = default_model_dir(Settings.from_env({}))
+    if not (model / "tokenizer.json").is_file():
+        pytest.fail(f"{model}: the default model is not prepared; run `make setup` (extractor model prepare)")
+    import llguidance.hf
+
+    hf: Any = AutoTokenizer.from_pretrained(str(model))
+    return hf, llguidance.hf.from_tokenizer(hf)
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,6 @@ import pytest
 
 from extractor import Catalog, Settings
 from extractor.engines import vllm_masks
-from extractor.models import default_model_dir
 
 torch = pytest.importorskip("torch")
 llguidance = pytest.importorskip("llguidance")
@@ -33,22 +32,13 @@ ANSWERS = {
 }
 
 
-@pytest.fixture(scope="module")
-def tokenizers() -> tuple[Any, Any]:
-    from transformers import AutoTokenizer
-
-    model = default_model_dir(Settings.from_env({}))
-    if not (model / "tokenizer.json").is_file():
-        pytest.fail(f"{model}: the default model is not prepared; run `make setup` (extractor model prepare)")
-    import llguidance.hf
-
-    hf: Any = AutoTokenizer.from_pretrained(str(model))
-    return hf, llguidance.hf.from_tokenizer(hf)
-
-
 def manager(lt: Any, rows: int, speculative: int = 0) -> Any:
     """What ``grammar_bitmask`` reads of a manager, the bitmask allocated by vLLM's guidance backend."""
-    config = SimpleNamespace(num_speculative_tokens=speculative, scheduler_config=SimpleNamespace(max_num_seqs=rows))
+    config = SimpleNamespace(
+        num_speculative_tokens=speculative,
+        scheduler_config=SimpleNamespace(max_num_seqs=rows),
+        model_config=SimpleNamespace(is_diffusion=False),
+    )
     backend = SimpleNamespace(
         allocate_token_bitmask=lambda rows: llguidance_torch.allocate_token_bitmask(rows, lt.vocab_size)
     )
@@ -117,10 +107,60 @@ def test_the_pool_fills_the_masks_vllm_fills(
     assert not (got[0] == -1).all()  # a live one does not
 
 
-def test_steps_with_proposed_tokens_keep_vllms_fill(
+def vllm_draft_fill(lt: Any, requests: dict[str, Any], ids: list[str], drafts: dict[str, list[int]]) -> np.ndarray:
+    """vLLM's fill with drafts: per request a row per draft position and one after them, the grammar walked
+    through its drafts and rolled back."""
+    rows = llguidance_torch.allocate_token_bitmask(len(ids) + sum(map(len, drafts.values())), lt.vocab_size)
+    row = 0
+    for request_id in ids:
+        grammar = requests[request_id].structured_output_request.grammar
+        draft = drafts.get(request_id, [])
+        for position in range(len(draft) + 1):
+            if grammar.is_terminated():
+                rows[row].fill_(-1)
+            else:
+                grammar.fill_bitmask(rows, row)
+            if position < len(draft):
+                assert grammar.accept_tokens(request_id, [draft[position]])
+            row += 1
+        grammar.rollback(len(draft))
+    filled: np.ndarray = rows.numpy()
+    return filled
+
+
+def test_steps_with_drafts_get_a_row_per_draft_position_from_the_pool(
     catalog: Catalog, tokenizers: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """vLLM's own fill walks proposed tokens through each grammar; the pool does not, so it stays out."""
+    """Speculative drafts: forced tokens for some requests, the answer's next tokens for others, none for the rest."""
+    hf, lt = tokenizers
+    requests, ids = batch(catalog, tokenizers, copies=3)
+    drafts: dict[str, list[int]] = {}
+    for number, request_id in enumerate(ids):
+        grammar = requests[request_id].structured_output_request.grammar
+        if grammar.is_terminated() or number % 3 == 2:
+            continue
+        name, copy = request_id.rsplit("-", 1)
+        answer = hf.encode(ANSWERS[name], add_special_tokens=False)
+        ahead = answer[int(copy) % len(answer) :][:3]
+        forced = list(grammar.ll_matcher.compute_ff_tokens()[:4])
+        drafts[request_id] = (forced or ahead) if number % 3 == 0 else ahead
+    assert sum(map(bool, drafts.values())) >= 4
+    expected = vllm_draft_fill(lt, requests, ids, drafts)
+    original = structured.StructuredOutputManager.grammar_bitmask
+    monkeypatch.setattr(structured.StructuredOutputManager, "grammar_bitmask", original)
+    monkeypatch.setenv(vllm_masks.ENV, "2")
+    vllm_masks.register()
+    patched = structured.StructuredOutputManager.grammar_bitmask
+    got = patched(manager(lt, len(ids), speculative=4), requests, ids, drafts)
+    assert np.array_equal(got, expected)
+    again = vllm_draft_fill(lt, requests, ids, drafts)
+    assert np.array_equal(again, expected)  # every matcher ends where it began
+
+
+def test_padded_drafts_keep_vllms_fill(
+    catalog: Catalog, tokenizers: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Async scheduling pads rejected drafts with -1; vLLM's fill knows what to do with them, so it keeps them."""
     _, lt = tokenizers
     requests, ids = batch(catalog, tokenizers, copies=1)
     calls: list[int] = []
@@ -132,10 +172,10 @@ def test_steps_with_proposed_tokens_keep_vllms_fill(
     monkeypatch.setenv(vllm_masks.ENV, "2")
     vllm_masks.register()
     patched = structured.StructuredOutputManager.grammar_bitmask
-    patched(manager(lt, len(ids), speculative=2), requests, ids, {})
+    patched(manager(lt, len(ids), speculative=2), requests, ids, {ids[0]: [-1, -1]})
     assert calls == [len(ids)]
-    patched(manager(lt, len(ids)), requests, ids, {})
-    assert calls == [len(ids)]  # without proposals the pool fills
+    patched(manager(lt, len(ids), speculative=2), requests, ids, {})
+    assert calls == [len(ids)]  # without padding the pool fills
 
 
 def test_unset_or_zero_leaves_vllm_alone(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -47,7 +47,8 @@ dl "$out" zstandard==0.25.0 bm25s==0.3.16 rapidfuzz==3.14.6 prometheus-client==0
   pytest-asyncio==1.5.0 pluggy==1.7.0 iniconfig==2.3.1 httpx==0.28.1 httpcore==1.0.9 h11==0.16.0 anyio==4.16.0 \
   peft==0.21.2 accelerate==1.15.0 py-spy==0.4.2 google-re2==1.1.20251105 psutil==7.2.2 instructor==1.17.0 tenacity==9.2.1 \
   aiohttp==3.14.5 aiohappyeyeballs==2.7.1 aiosignal==1.4.0 attrs==26.1.0 frozenlist==1.8.0 multidict==7.2.1 propcache==0.5.4 yarl==1.25.1 \
-  scipy==1.17.1 sqlalchemy==2.1.9 alembic==1.20.1 mako==1.4.3 greenlet==3.5.6 psycopg==3.3.9 psycopg-binary==3.3.9
+  scipy==1.17.1 sqlalchemy==2.1.9 alembic==1.20.1 mako==1.4.3 greenlet==3.5.6 psycopg==3.3.9 psycopg-binary==3.3.9 \
+  pypdfium2==5.15.2 python-docx==1.2.0 lxml==6.1.3 pillow==13.0.0
 # scale-out (issue 27): Ray (the [ray] extra) for `extractor batch --ray`, vllm-router for bench.remote_router:
 # RAY=1 bash bench/gpu/stage.sh (two more parts)
 if [ "${RAY:-0}" = 1 ]; then dl "$out" ray==2.60.0 vllm-router==0.1.17 orjson; fi

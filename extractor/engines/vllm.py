@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from extractor.config import Settings
-from extractor.engines import memory, priority, vllm_masks
+from extractor.engines import memory, priority, vllm_masks, vllm_proposer
 from extractor.engines.base import Generation, GenerationRequest, Message
 from extractor.engines.loop import LoopThread
 from extractor.engines.tokenizer import chat_token_ids, load_tokenizer, token_ends
@@ -47,10 +47,16 @@ def has_cuda() -> bool:
         return False
 
 
-def speculation(tokens: int) -> dict[str, Any] | None:
-    """The prompt-lookup proposer (vLLM's "ngram"): ``tokens`` per step, from a match of 2-5 prompt tokens."""
+def speculation(tokens: int, method: str = "ngram") -> dict[str, Any] | None:
+    """The engine's speculative config: ``tokens`` per step, or None when 0.
+
+    From the prompt-lookup proposer (vLLM's "ngram", a match of 2-5 prompt tokens) or the grammar's
+    drafts (``vllm_proposer``).
+    """
     if tokens <= 0:
         return None
+    if method == "grammar":
+        return vllm_proposer.speculative_config(tokens)
     return {"method": "ngram", "num_speculative_tokens": tokens, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
 
 
@@ -141,7 +147,7 @@ class VLLMEngine:
             enable_lora=s.max_lora_rank > 0,
             max_lora_rank=_lora_rank(s.max_lora_rank),
             max_loras=s.max_loras,
-            speculative_config=speculation(s.speculative_tokens),
+            speculative_config=speculation(s.speculative_tokens, s.speculative_method),
         )
 
     async def _build(self) -> Any:
