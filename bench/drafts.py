@@ -25,6 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
+
 from bench import common
 from bench.common import RESULTS
 
@@ -37,13 +39,16 @@ GPU_RUNS = {  # label -> (without drafts, with them): bench.mask_fill reports, E
 
 
 def lookup(context: Sequence[int], shortest: int, limit: int) -> list[int]:
-    """vLLM's prompt lookup: the tokens after the earliest match of the longest suffix (up to 5 tokens)."""
-    for n in range(min(5, len(context) - 1), shortest - 1, -1):
-        suffix = list(context[-n:])
-        for start in range(len(context) - n):
-            if list(context[start : start + n]) == suffix:
-                return list(context[start + n : start + n + limit])
-    return []
+    """vLLM's own prompt lookup (what its ``NgramProposer`` runs per sequence), ``limit`` tokens.
+
+    The tokens after the earliest match of the longest suffix of ``shortest`` to 5 tokens.
+    """
+    from vllm.v1.spec_decode.ngram_proposer import _find_longest_matched_ngram_and_propose_tokens
+
+    found = _find_longest_matched_ngram_and_propose_tokens(
+        np.asarray(context, dtype=np.int32), shortest, 5, 1 << 30, limit
+    )
+    return [int(t) for t in found]
 
 
 def steps(matcher: Any, prompt: Sequence[int], answer: Sequence[int], propose: Callable[..., list[int]]) -> int:

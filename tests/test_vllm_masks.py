@@ -73,16 +73,8 @@ def batch(catalog: Catalog, tokenizers: tuple[Any, Any], copies: int) -> tuple[d
 
 
 def vllm_fill(lt: Any, requests: dict[str, Any], ids: list[str]) -> np.ndarray:
-    """Each row as vLLM's fill makes it: the grammar's own ``fill_bitmask``, every token once it ended."""
-    rows = llguidance_torch.allocate_token_bitmask(len(ids), lt.vocab_size)
-    for index, request_id in enumerate(ids):
-        grammar = requests[request_id].structured_output_request.grammar
-        if grammar.is_terminated():
-            rows[index].fill_(-1)
-        else:
-            grammar.fill_bitmask(rows, index)
-    filled: np.ndarray = rows.numpy()
-    return filled
+    """Each row as vLLM's fill makes it, no drafts: the grammar's own ``fill_bitmask``, every token once it ended."""
+    return vllm_draft_fill(lt, requests, ids, {})
 
 
 def test_the_pool_fills_the_masks_vllm_fills(

@@ -47,7 +47,7 @@ def threads() -> int:
     return value
 
 
-def _constrained(manager: Any, request: Any) -> bool:
+def constrained(manager: Any, request: Any) -> bool:
     """Whether this step's token is under the grammar (not inside a reasoning section), as vLLM decides it."""
     if hasattr(manager, "should_fill_bitmask"):  # vLLM 0.26
         return bool(manager.should_fill_bitmask(request))
@@ -90,7 +90,7 @@ def register() -> None:
         matchers, drafted = [], []  # llguidance's draft call refuses an empty draft
         row = 0
         for request_id, grammar, draft in zip(request_ids, grammars, drafts, strict=True):
-            if not _constrained(self, requests[request_id]) or grammar.is_terminated():
+            if not constrained(self, requests[request_id]) or grammar.is_terminated():
                 bitmask[row : row + len(draft) + 1].fill_(self._full_mask)
             elif draft:
                 drafted.append((grammar.ll_matcher, row, draft))

@@ -39,6 +39,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from extractor.engines import vllm_masks
+
 log = logging.getLogger("vllm.extractor_proposer")
 
 PROPOSER = "extractor.engines.vllm_proposer.GrammarDrafts"
@@ -46,7 +48,7 @@ LOOKUP = (1, 5)  # prompt lookup: the longest match of 1 to 5 tokens (vLLM's ngr
 
 
 def speculative_config(tokens: int) -> dict[str, Any]:
-    """VLLM's ``speculative_config`` for these drafts, up to ``tokens`` per step."""
+    """The engine's ``speculative_config`` for these drafts, up to ``tokens`` per step."""
     return {"method": "custom_class", "model": PROPOSER, "num_speculative_tokens": tokens}
 
 
@@ -81,13 +83,6 @@ def forced_drafts(matcher: Any, limit: int) -> list[int]:
     if limit <= 0 or matcher.is_stopped() or matcher.is_error():
         return []
     return list(matcher.compute_ff_tokens()[:limit])
-
-
-def _grammar_now(manager: Any, request: Any) -> bool:
-    """Whether the request's next token is under its grammar, as vLLM decides it (0.26 and 0.32)."""
-    if hasattr(manager, "should_fill_bitmask"):  # vLLM 0.26
-        return bool(manager.should_fill_bitmask(request))
-    return bool(manager._get_constraint_bounds(request, ()).constraint_start == 0)  # 0.32
 
 
 def _ours(scheduler: Any) -> int:
@@ -130,7 +125,7 @@ def register() -> None:
             grammar = structured.grammar
             if not isinstance(grammar, GuidanceGrammar) or grammar.is_terminated():
                 continue  # another backend, or done: vLLM's checked lookup drafts stand
-            if not _grammar_now(manager, request):
+            if not vllm_masks.constrained(manager, request):
                 continue
             forced = forced_drafts(grammar.ll_matcher, limit)
             if len(forced) >= len(request.spec_token_ids):
