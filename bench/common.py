@@ -69,6 +69,18 @@ def sizes(quick: bool) -> Sizes:
 ADAPTER_SERVING = os.environ.get("EXTRACTOR_ADAPTER_SERVING", "off")
 
 
+def grammar_check() -> str:
+    """vLLM's per-request grammar check as the engine does it, or as before (``BENCH_VLLM_RECHECK=1``), for an A-B.
+
+    ``extractor/engines/vllm_checks.py``: the engine skips vLLM's check for constraints extractor
+    has checked; with the variable set, the benchmark's engine runs it for every request again.
+    """
+    from extractor.engines import vllm_checks
+
+    vllm_checks.SKIP = os.environ.get("BENCH_VLLM_RECHECK", "") != "1"
+    return "skipped" if vllm_checks.SKIP else "per request"
+
+
 def settings() -> Settings:
     """From the environment (default: the default model in-process), KV cache 2 GiB on CPU.
 

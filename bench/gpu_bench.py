@@ -33,6 +33,7 @@ from typing import Any
 from bench import common, compact, grounded_grammar
 from bench.http_bench import free_port, percentile
 from extractor import Extractor, Settings
+from extractor.engines import vllm_masks
 from extractor.engines.base import GenerationRequest
 from extractor.jobs.gold import GoldItem
 
@@ -193,6 +194,8 @@ async def _load(spec: dict[str, Any]) -> dict[str, Any]:
 
 async def engine_phase(out: Path, per_task: int, seed_per_task: int, parts: Sequence[str]) -> None:
     report = Report(out)
+    if os.environ.get("BENCH_SWITCH_INTERVAL"):  # the interpreter's GIL hand-over interval (5 ms unless set)
+        sys.setswitchinterval(float(os.environ["BENCH_SWITCH_INTERVAL"]))
     settings = common.settings()
     common.CONCURRENCY = settings.max_num_seqs
     started = time.perf_counter()
@@ -205,6 +208,9 @@ async def engine_phase(out: Path, per_task: int, seed_per_task: int, parts: Sequ
         "model": str(settings.model),
         "load_format": settings.load_format,
         "speculative_tokens": settings.speculative_tokens,
+        "mask_threads": vllm_masks.threads(),
+        "vllm_grammar_check": common.grammar_check(),
+        "switch_interval_s": sys.getswitchinterval(),
         "temperature": settings.temperature,
         "concurrency": common.CONCURRENCY,
         "gpu_memory": gpu_memory(),

@@ -208,7 +208,7 @@ def markdown() -> str:
         "no substring grammar: with it, grounded decoding uses the enum of spans.",
         "",
     ]
-    masks = [RAW / "mask-fill-0.json", RAW / "mask-fill-16.json"]
+    masks = list(mask_fill.RUNS)
     if all(p.is_file() for p in masks):
         lines += [
             "Most of that matcher work is the masks, and they need not wait on one thread: with "
@@ -217,8 +217,11 @@ def markdown() -> str:
             "schema and 0.34 -> 0.42 for the substring grammar one task at a time, 0.36 -> 0.50 and "
             "0.28 -> 0.37 mixed (2026-12-03, one engine per row, `mask_fill.md`). With it `extractor batch` "
             "ran 1.20x faster grounded and 1.86x with grounding off (P1 re-run on one host: 101 -> 122 and "
-            "88 -> 163 docs/s), but raw vLLM gained more, so P1 fell (0.78 -> 0.73, 0.82 -> 0.67). Off by "
-            "default until the latency figures are re-run with it:",
+            "88 -> 163 docs/s), but raw vLLM gained more, so P1 fell (0.78 -> 0.73, 0.82 -> 0.67). Latency "
+            "at 1 and 16 clients was as without it, so the in-process engine turns it on on CUDA. Skipping "
+            "vLLM's second compile of each request's grammar in its front end (`vllm_checks.py`: extractor "
+            "checks its constraints before they get there) took P5 to **0.85** and **0.61** one task at a "
+            "time, 0.69 and 0.53 mixed (the last rows, another host):",
             "",
             mask_fill.render(masks),
             "",

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from extractor import Catalog, Extractor, Settings
@@ -133,6 +134,19 @@ def test_selection_is_deterministic_diverse_and_ranked() -> None:
     # nothing shared: pool order
     assert selector.nearest("zzz", 3, diverse=False) == [0, 1, 2]
     assert selector.nearest(query, 0) == [] and Selector([]).nearest(query, 3) == []
+
+
+def test_scores_are_bm25s_own_to_the_bit(catalog: Catalog) -> None:
+    """The pool's scores summed from bm25s's index equal its ``get_scores``: the same ranking, ties included."""
+    pool = [json.loads(line)["text"] for line in (catalog.root / "examples" / "snips_play_music.jsonl").open()]
+    queries = [*pool[::40], "play the top-20 Ramin Djawadi album on Deezer", "play play play music", "故宫 zzz"]
+    selector = Selector(pool[1:])
+    index = selector._index
+    assert index is not None
+    for query in queries:
+        words = [t for t in tokens(query) if t in index.vocab_dict]
+        theirs = np.asarray(index.get_scores(words), dtype=np.float64) if words else np.zeros(len(selector))
+        assert np.array_equal(selector.scores(query), theirs), query
 
 
 def test_tokens_split_unspaced_scripts_into_characters() -> None:

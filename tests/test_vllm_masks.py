@@ -203,3 +203,19 @@ def test_a_bad_thread_count_stops_the_engine_before_it_starts(monkeypatch: pytes
     engine = VLLMEngine(Settings.from_env({}))
     with pytest.raises(EngineError, match="EXTRACTOR_MASK_THREADS: 'lots' is not a whole number"):
         engine.start_sync()
+
+
+def test_on_cuda_the_pool_is_on_unless_the_user_said_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
+    from extractor.engines.vllm import cuda_environment
+
+    monkeypatch.setattr(vllm_masks.os, "cpu_count", lambda: 64)
+    fresh: dict[str, str] = {}
+    cuda_environment(fresh)
+    assert fresh == {"VLLM_WORKER_MULTIPROC_METHOD": "spawn", vllm_masks.ENV: "16"}
+    monkeypatch.setattr(vllm_masks.os, "cpu_count", lambda: 4)
+    small: dict[str, str] = {}
+    cuda_environment(small)
+    assert small[vllm_masks.ENV] == "4"  # never more threads than cores
+    chosen = {vllm_masks.ENV: "0", "VLLM_WORKER_MULTIPROC_METHOD": "fork"}
+    cuda_environment(chosen)
+    assert chosen == {vllm_masks.ENV: "0", "VLLM_WORKER_MULTIPROC_METHOD": "fork"}

@@ -3,6 +3,10 @@
 The index is built once per pool, when the catalog loads. A query scores every pool text
 (a sparse dot product: well under a millisecond for 10,000 short texts, see
 ``bench/retrieval.py``) and takes the best in a deterministic order: score, then pool order.
+The scores are bm25s's own, summed here from its index: its ``get_scores`` adds each query word's
+postings with ``np.add.at``, which took a third of the pipeline's thread in the service on the H200
+(py-spy, ``bench/results/raw/gpu-pyspy-http-skip.txt``); a word's postings name each document once,
+so one indexed add per word gives the same float32 sums in the same order.
 With ``diverse``, a candidate whose words mostly repeat an already chosen example's is passed
 over, so three near-copies of one template do not crowd out the other patterns.
 """
@@ -46,10 +50,13 @@ class Selector:
         self._sets = [frozenset(w) for w in words]
         self._size = len(texts)
         self._index: bm25s.BM25 | None = None
+        self._postings: tuple[np.ndarray, np.ndarray, list[int]] = (np.zeros(0), np.zeros(0, dtype=np.int64), [0])
         if self._size:
             self._index = bm25s.BM25()
             # Empty token lists would make bm25s drop rows (and shift indices): keep a placeholder.
             self._index.index([w or ["\x00"] for w in words], show_progress=False)
+            index = self._index.scores
+            self._postings = (index["data"], index["indices"], [int(i) for i in index["indptr"]])
 
     def __len__(self) -> int:
         return self._size
@@ -58,10 +65,18 @@ class Selector:
         """BM25 score of every pool text against ``text`` (zeros when nothing is shared)."""
         if self._index is None:
             return np.zeros(0)
-        query = [t for t in tokens(text) if t in self._index.vocab_dict]
+        vocabulary = self._index.vocab_dict
+        query = [vocabulary[t] for t in tokens(text) if t in vocabulary]
         if not query:
             return np.zeros(self._size)
-        return np.asarray(self._index.get_scores(query), dtype=np.float64)
+        if self._index.nonoccurrence_array is not None:  # a BM25 variant with a score for absent words
+            return np.asarray(self._index.get_scores_from_ids(query), dtype=np.float64)
+        data, documents, starts = self._postings
+        summed = np.zeros(self._size, dtype=data.dtype)
+        for word in query:
+            start, end = starts[word], starts[word + 1]
+            summed[documents[start:end]] += data[start:end]  # each document once per word: as np.add.at
+        return summed.astype(np.float64)
 
     def nearest(self, text: str, k: int, *, diverse: bool = True) -> list[int]:
         """Indices of the ``k`` pool texts nearest to ``text``, best first.
