@@ -217,7 +217,9 @@ def markdown(paths: list[Path]) -> str:
             "  (`np.add.at`, a third of the thread) and the template's instruction, rendered again for every",
             "  request. Both are now cheaper (the scores summed from bm25s's index with one indexed add a",
             "  word, the same float32 sums; the system turn rendered once per task); not yet measured on the",
-            "  GPU.",
+            "  GPU. Why 0.15 ms of work took 2-3 ms there: the calls that let the GIL go (numpy, the",
+            "  tokenizer, file writes) wait to take it back while vLLM's front-end loop churns it",
+            "  (`gil_starvation.md`, `python -m bench.gil_starvation`).",
             "",
         ]
     )
