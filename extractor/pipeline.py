@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -140,8 +141,15 @@ def served(task: Task, settings: Settings) -> Task:
     The base model then serves it, shown the task's worked examples.
     """
     if settings.adapter_serving == "off" and task.adapter is not None:
-        return replace(task, adapter=None)
+        return _without_adapter(task)
     return task
+
+
+@functools.lru_cache(maxsize=256)
+def _without_adapter(task: Task) -> Task:
+    # One copy per task: tasks hash by identity, and the prompt's caches (the system turn, the
+    # fixed examples) are keyed by the task, so a fresh copy per request missed them every time.
+    return replace(task, adapter=None)
 
 
 async def run(

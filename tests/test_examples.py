@@ -267,3 +267,18 @@ def test_building_an_index_keeps_jax_off_the_gpu() -> None:
         env |= {"JAX_PLATFORMS": preset} if preset else {}
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
         assert done.stdout.strip() == expected
+
+
+def test_off_serving_gives_one_copy_of_a_task_so_its_prompt_caches_hold(catalog: Catalog) -> None:
+    from extractor import pipeline
+    from extractor.catalog import prompting
+
+    task = catalog.get("snips_play_music")
+    assert task.adapter is not None, "the shipped SNIPS task has an adapter"
+    off = Settings.from_env({}, adapter_serving="off")
+    first, again = pipeline.served(task, off), pipeline.served(task, off)
+    assert first is again and first.adapter is None and task.adapter is not None
+    before = prompting._system.cache_info().hits
+    render(first, "play some jazz")
+    render(again, "play some blues")
+    assert prompting._system.cache_info().hits > before  # the second request's system turn came from the cache

@@ -85,7 +85,6 @@ def feedback_block(feedback: Sequence[str], previous: str | None) -> str:
 
 
 @functools.lru_cache(maxsize=256)
-@functools.lru_cache(maxsize=256)
 def _system(task: Task) -> str:
     # Rendered once per task (tasks hash by identity, so a reload is a new key).
     system = task.settings.system or DEFAULT_SYSTEM
