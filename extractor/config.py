@@ -29,6 +29,7 @@ def default_home() -> Path:
 
 
 ADAPTER_SERVING = ("auto", "merged", "lora", "off")
+ENGINE_PROCESS = ("auto", "own", "shared")
 SPECULATIVE_METHODS = ("ngram", "grammar")
 
 
@@ -73,6 +74,11 @@ class Settings:
     # "lora" (one engine, vLLM's per-request LoRA), "off" (tasks served by the base model with their
     # worked examples, adapters ignored). "auto": merged. The remote engine always names the adapter.
     adapter_serving: str = "auto"
+    # Where the in-process engine's vLLM front end runs: "own" (a child process, beside the engine core;
+    # this interpreter keeps the pipeline), "shared" (this process, on a thread of its own). "auto": own
+    # on CUDA, where the front end keeps a core busy and starves the pipeline's thread of the GIL
+    # (bench/results/gil_starvation.md); shared on CPU.
+    engine_process: str = "auto"
     # CPU KV cache in GiB; None: the default (4), or less when the free memory cannot hold it
     kv_cache_space_gib: int | None = None
     # CPU only: the engine's processes run at this nice value (0-19; 0 leaves them as they are), so
@@ -135,6 +141,11 @@ class Settings:
             raise ConfigError(
                 f"EXTRACTOR_ADAPTER_SERVING: unknown mode {self.adapter_serving!r}; "
                 f"use one of {', '.join(ADAPTER_SERVING)}"
+            )
+        if self.engine_process not in ENGINE_PROCESS:
+            raise ConfigError(
+                f"EXTRACTOR_ENGINE_PROCESS: unknown place {self.engine_process!r}; "
+                f"use one of {', '.join(ENGINE_PROCESS)}"
             )
         if self.speculative_method not in SPECULATIVE_METHODS:
             raise ConfigError(

@@ -1,12 +1,15 @@
-"""The in-process engine tokenizes each prompt once: counting it and sending it share the ids."""
+"""The vLLM engines tokenize each prompt once: counting it and sending it share the ids."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from extractor.config import Settings
-from extractor.engines.tokenizer import chat_token_ids, count_chat_tokens
+from extractor.engines.process import ProcessEngine
+from extractor.engines.tokenizer import ChatIds, chat_token_ids, count_chat_tokens
 from extractor.engines.vllm import VLLMEngine
 
 
@@ -25,16 +28,21 @@ class CountingTokenizer:
         return {"input_ids": [ord(c) for c in text]}
 
 
-def _engine(tmp_path: Path) -> tuple[VLLMEngine, CountingTokenizer]:
+@pytest.fixture(params=[VLLMEngine, ProcessEngine])
+def kind(request: pytest.FixtureRequest) -> Any:
+    return request.param
+
+
+def _engine(tmp_path: Path, kind: Any = VLLMEngine) -> tuple[Any, CountingTokenizer]:
     (tmp_path / "config.json").write_text("{}", encoding="utf-8")
-    engine = VLLMEngine(Settings(model=str(tmp_path)))
+    engine = kind(Settings(model=str(tmp_path)))
     tokenizer = CountingTokenizer()
-    engine._tokenizer = tokenizer
+    engine._chat_ids = ChatIds(tokenizer)
     return engine, tokenizer
 
 
-def test_counting_then_sending_encodes_once(tmp_path: Path) -> None:
-    engine, tokenizer = _engine(tmp_path)
+def test_counting_then_sending_encodes_once(tmp_path: Path, kind: Any) -> None:
+    engine, tokenizer = _engine(tmp_path, kind)
     chat = [{"role": "system", "content": "Extract."}, {"role": "user", "content": "weather in Oslo"}]
     count = engine.count_prompt_tokens(chat)  # type: ignore[arg-type]
     ids = engine.prompt_ids(chat)  # type: ignore[arg-type]

@@ -53,6 +53,8 @@ class Generation:
     # and its log-probability under the constraint (a token the constraint forced has 0.0).
     token_ends: tuple[int, ...] = ()
     token_logprobs: tuple[float, ...] = ()
+    # The generated token ids, where an engine leaves placing them (``token_ends``) to its caller.
+    token_ids: tuple[int, ...] = ()
 
 
 @runtime_checkable

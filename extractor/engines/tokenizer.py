@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,25 @@ def render_chat(tokenizer: Any, messages: Sequence[Message]) -> str:
 def chat_token_ids(tokenizer: Any, messages: Sequence[Message]) -> list[int]:
     """The chat's token ids once rendered with the model's chat template (the template adds any BOS)."""
     return list(tokenizer(render_chat(tokenizer, messages), add_special_tokens=False)["input_ids"])
+
+
+class ChatIds:
+    """A chat's token ids under the model's chat template, remembered for the latest ``size`` chats.
+
+    A prompt is tokenized once: the pipeline counts its tokens, then the same ids go to vLLM (a
+    text prompt would be tokenized again there, on the thread that feeds the engine).
+    """
+
+    def __init__(self, tokenizer: Any, size: int = 1024) -> None:
+        self.tokenizer = tokenizer
+        self._encoded = lru_cache(maxsize=size)(self._encode)
+
+    def __call__(self, messages: Sequence[Message]) -> tuple[int, ...]:
+        return self._encoded(tuple(tuple(sorted(m.items())) for m in messages))
+
+    def _encode(self, key: tuple[tuple[tuple[str, Any], ...], ...]) -> tuple[int, ...]:
+        messages: list[Any] = [dict(m) for m in key]
+        return tuple(chat_token_ids(self.tokenizer, messages))
 
 
 def count_chat_tokens(tokenizer: Any, messages: Sequence[Message]) -> int:

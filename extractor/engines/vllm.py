@@ -8,20 +8,21 @@ caller; cancelling the caller cancels the engine-side task, which aborts the vLL
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import itertools
 import logging
 import os
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, MutableMapping, Sequence
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
 
 from extractor.config import Settings
 from extractor.engines import memory, priority, vllm_checks, vllm_masks, vllm_proposer
-from extractor.engines.base import Generation, GenerationRequest, Message
+from extractor.engines.base import Generation, GenerationRequest
+from extractor.engines.local import LocalModel
 from extractor.engines.loop import LoopThread
-from extractor.engines.tokenizer import chat_token_ids, load_tokenizer, token_ends
+from extractor.engines.tokenizer import ChatIds, load_tokenizer, token_ends
 from extractor.errors import EngineDeadError, EngineError
 from extractor.models import resolve_model_dir
 
@@ -77,7 +78,7 @@ def _lora_rank(rank: int) -> Any:
     return next((r for r in (1, 8, 16, 32, 64, 128, 256, 320, 512) if r >= rank), 512)
 
 
-class VLLMEngine:
+class VLLMEngine(LocalModel):
     """vLLM in this process, decoding constrained by the request's JSON Schema."""
 
     def __init__(self, settings: Settings, *, share: int = 1) -> None:
@@ -86,21 +87,13 @@ class VLLMEngine:
         self._share = share
         self._model_dir: Path = resolve_model_dir(settings)
         self._llm: Any = None
-        self._tokenizer: Any = None
-        # A prompt is tokenized once: the pipeline counts its tokens, then the same ids go to vLLM
-        # (a text prompt would be tokenized again there, on the thread that feeds the engine).
-        self._encoded = lru_cache(maxsize=PROMPT_IDS_CACHE)(self._encode)
+        self._chat_ids: ChatIds | None = None  # the prompts' token ids (the tokenizer, loaded at start)
         self._loop: LoopThread | None = None
         self._start_lock = threading.Lock()
         self._adapters: dict[str, Any] = {}  # adapter folder -> its LoRARequest, None if merged (checked once)
-
-    @property
-    def model_name(self) -> str:
-        return self._model_dir.name if self._settings.model == "default" else str(self._settings.model)
-
-    @property
-    def max_model_len(self) -> int:
-        return self._settings.max_model_len
+        # Where logprobs are asked: place each token in the text here (False: the caller does, from
+        # ``Generation.token_ids``; vLLM in its own process leaves it to the service's process)
+        self.places_tokens = True
 
     @property
     def unfinished_requests(self) -> int:
@@ -108,13 +101,6 @@ class VLLMEngine:
         # output_processor's count exists in vLLM 0.26 (the CUDA build) and 0.32 (the CPU build) alike;
         # AsyncLLM.get_num_unfinished_requests() only in the latter.
         return int(self._llm.output_processor.get_num_unfinished_requests()) if self._llm is not None else 0
-
-    @property
-    def tokenizer(self) -> Any:
-        """The model's Hugging Face tokenizer (loaded at start)."""
-        if self._tokenizer is None:
-            raise EngineError("engine not started")
-        return self._tokenizer
 
     async def start(self) -> None:
         await asyncio.to_thread(self.start_sync)
@@ -124,7 +110,7 @@ class VLLMEngine:
         with self._start_lock:
             if self._llm is not None:
                 return
-            self._tokenizer = load_tokenizer(self._model_dir)
+            self._chat_ids = ChatIds(load_tokenizer(self._model_dir), PROMPT_IDS_CACHE)
             loop = LoopThread("extractor-vllm")
             try:
                 self._llm = loop.run(self._build())
@@ -206,22 +192,12 @@ class VLLMEngine:
             raise
         return loop.submit(coro)
 
-    def count_prompt_tokens(self, messages: Sequence[Message]) -> int:
-        return len(self.prompt_ids(messages))
-
-    def prompt_ids(self, messages: Sequence[Message]) -> tuple[int, ...]:
-        """The chat's token ids under the model's chat template, remembered for the latest prompts."""
-        return self._encoded(tuple(tuple(sorted(m.items())) for m in messages))
-
-    def _encode(self, key: tuple[tuple[tuple[str, Any], ...], ...]) -> tuple[int, ...]:
-        messages: list[Any] = [dict(m) for m in key]
-        return tuple(chat_token_ids(self.tokenizer, messages))
-
-    def _prompt(self, messages: Sequence[Message]) -> Any:
+    @staticmethod
+    def _prompt(ids: Sequence[int]) -> Any:
         """What vLLM is given: the chat's token ids (vLLM tokenizes a text prompt again)."""
         from vllm.inputs import TokensPrompt
 
-        return TokensPrompt(prompt_token_ids=list(self.prompt_ids(messages)))
+        return TokensPrompt(prompt_token_ids=list(ids))
 
     def _sampling(self, request: GenerationRequest) -> Any:
         from vllm import SamplingParams
@@ -272,11 +248,16 @@ class VLLMEngine:
         return found
 
     async def generate(self, request: GenerationRequest) -> Generation:
+        return await self._submit(self.generate_here(self.prompt_ids(request.messages), request))
+
+    async def generate_here(self, ids: Sequence[int], request: GenerationRequest) -> Generation:
+        """Generate from the prompt's token ids; on the engine's own loop (``request.messages`` unread)."""
         from vllm.sampling_params import RequestOutputKind
 
-        prompt, params = self._prompt(request.messages), self._sampling(request)
+        self._running()
+        params = self._sampling(request)
         params.output_kind = RequestOutputKind.FINAL_ONLY  # one output, not one per token, through the shared loop
-        return await self._submit(self._generate(prompt, params, self._lora(request)))
+        return await self._generate(self._prompt(ids), params, self._lora(request))
 
     async def _generate(self, prompt: Any, params: Any, lora: Any = None) -> Generation:
         final: Any = None
@@ -298,7 +279,8 @@ class VLLMEngine:
         logprobs: tuple[float, ...] = ()
         if completion.logprobs is not None and len(completion.logprobs) == len(ids):
             logprobs = tuple(float(step[token].logprob) for step, token in zip(completion.logprobs, ids, strict=True))
-            ends = token_ends(self.tokenizer, ids, completion.text)
+            if self.places_tokens:
+                ends = token_ends(self.tokenizer, ids, completion.text)
         return Generation(
             text=completion.text,
             prompt_tokens=len(final.prompt_token_ids or ()),
@@ -306,23 +288,28 @@ class VLLMEngine:
             finish_reason=str(completion.finish_reason or "stop"),
             token_ends=ends,
             token_logprobs=logprobs,
+            token_ids=() if self.places_tokens or not logprobs else tuple(ids),
         )
 
     async def stream(self, request: GenerationRequest) -> AsyncGenerator[str, None]:
         """Yield the cumulative text as it grows; closing the iterator aborts the request."""
-        prompt, params, lora = self._prompt(request.messages), self._sampling(request), self._lora(request)
-
-        async def texts() -> AsyncIterator[str]:
-            try:
-                async for output in self._llm.generate(
-                    prompt, params, request_id=f"ex-{next(_ids)}", lora_request=lora
-                ):
-                    yield output.outputs[0].text
-            except Exception as error:
-                raise self._failed(error) from error
-
-        async for text in self._running().stream(texts):
+        ids = self.prompt_ids(request.messages)
+        async for text in self._running().stream(lambda: self.texts_here(ids, request)):
             yield text
+
+    async def texts_here(self, ids: Sequence[int], request: GenerationRequest) -> AsyncIterator[str]:
+        """The cumulative text from the prompt's token ids as it grows; on the engine's own loop."""
+        self._running()
+        prompt, params, lora = self._prompt(ids), self._sampling(request), self._lora(request)
+        try:
+            async for output in self._llm.generate(prompt, params, request_id=f"ex-{next(_ids)}", lora_request=lora):
+                yield output.outputs[0].text
+        except Exception as error:
+            raise self._failed(error) from error
+
+    def schedule(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Run ``coro`` on the engine's own loop (where ``generate_here`` and ``texts_here`` run)."""
+        return asyncio.run_coroutine_threadsafe(coro, self._running().loop)
 
     async def close(self) -> None:
         self.close_sync()

@@ -1,0 +1,44 @@
+"""What the two vLLM engines share: a local model folder, its window, its tokenizer and prompt ids."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from extractor.config import Settings
+from extractor.engines.base import Message
+from extractor.engines.tokenizer import ChatIds
+from extractor.errors import EngineError
+
+
+class LocalModel:
+    """The model's name and context window from the settings; its tokenizer and prompt ids once started."""
+
+    _settings: Settings
+    _model_dir: Path
+    _chat_ids: ChatIds | None  # set at start
+
+    @property
+    def model_name(self) -> str:
+        return self._model_dir.name if self._settings.model == "default" else str(self._settings.model)
+
+    @property
+    def max_model_len(self) -> int:
+        return self._settings.max_model_len
+
+    @property
+    def tokenizer(self) -> Any:
+        """The model's Hugging Face tokenizer (loaded at start)."""
+        if self._chat_ids is None:
+            raise EngineError("engine not started")
+        return self._chat_ids.tokenizer
+
+    def count_prompt_tokens(self, messages: Sequence[Message]) -> int:
+        return len(self.prompt_ids(messages))
+
+    def prompt_ids(self, messages: Sequence[Message]) -> tuple[int, ...]:
+        """The chat's token ids under the model's chat template, remembered for the latest prompts."""
+        if self._chat_ids is None:
+            raise EngineError("engine not started")
+        return self._chat_ids(messages)
