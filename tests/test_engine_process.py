@@ -15,9 +15,11 @@ import pytest
 
 from extractor import Extractor, Settings
 from extractor.catalog.prompting import render
+from extractor.config import repo_root
 from extractor.constraints import grounded_decoding
 from extractor.engines import create_engine
 from extractor.engines.base import GenerationRequest
+from extractor.engines.merged import MergedAdapters
 from extractor.engines.process import ProcessEngine, portable
 from extractor.engines.vllm import VLLMEngine
 from extractor.errors import ConfigError, EngineDeadError, EngineError
@@ -41,6 +43,8 @@ def test_where_the_front_end_runs_is_a_setting(tmp_path: Path) -> None:
     shared = create_engine(Settings(model=str(tmp_path), engine_process="shared"))
     auto = create_engine(Settings(model=str(tmp_path)))  # this machine has no GPU: in this process
     assert (type(own), type(shared), type(auto)) == (ProcessEngine, VLLMEngine, VLLMEngine)
+    merged = MergedAdapters(Settings.from_env(engine_process="own"), [repo_root() / "adapters" / "snips"])
+    assert isinstance(merged._base, ProcessEngine)  # each merged adapter's engine alike
     with pytest.raises(ConfigError, match="EXTRACTOR_ENGINE_PROCESS"):
         Settings.from_env({"EXTRACTOR_ENGINE_PROCESS": "elsewhere"})
 

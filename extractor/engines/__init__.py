@@ -44,10 +44,6 @@ def create_engine(settings: Settings, adapters: Sequence[Path] = ()) -> Engine:
         from extractor.engines.merged import MergedAdapters
 
         return MergedAdapters(settings, adapters)
-    from extractor.engines.vllm import VLLMEngine, has_cuda
+    from extractor.engines.process import vllm_engine
 
-    if settings.engine_process == "own" or (settings.engine_process == "auto" and has_cuda()):
-        from extractor.engines.process import ProcessEngine
-
-        return ProcessEngine(settings)
-    return VLLMEngine(settings)
+    return vllm_engine(settings)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from extractor.config import Settings
 from extractor.engines.base import Generation, GenerationRequest, Message
+from extractor.engines.process import ProcessEngine, vllm_engine
 from extractor.engines.vllm import VLLMEngine
 from extractor.errors import EngineError
 from extractor.models import resolve_model_dir
@@ -80,8 +81,8 @@ class MergedAdapters:
                 continue
             self._merged.append(MergedAdapter(adapter, merged_folder(settings, self._base_dir, adapter)))
         self._share = 1 + len(self._merged)  # each engine takes this share of the memory
-        self._base = VLLMEngine(settings.with_(max_lora_rank=0), share=self._share)
-        self._engines: dict[str, VLLMEngine] = {}
+        self._base = vllm_engine(settings.with_(max_lora_rank=0), share=self._share)
+        self._engines: dict[str, VLLMEngine | ProcessEngine] = {}
 
     @property
     def adapters(self) -> dict[str, Path]:
@@ -114,11 +115,11 @@ class MergedAdapters:
             if str(entry.adapter) in self._engines:
                 continue
             folder = await asyncio.to_thread(ensure_merged, self._base_dir, entry)
-            engine = VLLMEngine(self._settings.with_(model=str(folder), max_lora_rank=0), share=self._share)
+            engine = vllm_engine(self._settings.with_(model=str(folder), max_lora_rank=0), share=self._share)
             await engine.start()
             self._engines[str(entry.adapter)] = engine
 
-    def _engine_for(self, request: GenerationRequest) -> VLLMEngine:
+    def _engine_for(self, request: GenerationRequest) -> VLLMEngine | ProcessEngine:
         if request.adapter is None:
             return self._base
         engine = self._engines.get(request.adapter)

@@ -288,6 +288,13 @@ def _stop_group(leader: int) -> None:
         os.killpg(leader, signal.SIGKILL)
 
 
+def vllm_engine(settings: Settings, *, share: int = 1) -> VLLMEngine | ProcessEngine:
+    """VLLM on this machine, its front end where ``engine_process`` says (own: on CUDA unless set)."""
+    if settings.engine_process == "own" or (settings.engine_process == "auto" and has_cuda()):
+        return ProcessEngine(settings, share=share)
+    return VLLMEngine(settings, share=share)
+
+
 def _answer(kind: str, detail: Any) -> Generation:
     """The generation a final reply carries, or the error it names."""
     if kind == "error":
