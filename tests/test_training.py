@@ -6,6 +6,7 @@ import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -178,3 +179,15 @@ def test_a_merged_model_answers_like_base_plus_adapter_and_serves_it_without_lor
     (other / manifest.MANIFEST).write_text(json.dumps({**record, "data_sha256": "0" * 64}), encoding="utf-8")
     with pytest.raises(manifest.AdapterError, match="is a merge of another adapter"):
         holds(merged_dir, other)
+
+
+def test_bf16_autocast_only_where_the_device_computes_bf16() -> None:
+    """A CPU without bf16 instructions trains in fp32: its bf16 GEMM is a slow reference path."""
+    from types import SimpleNamespace
+
+    def probe(supported: bool) -> Any:
+        return SimpleNamespace(ops=SimpleNamespace(mkldnn=SimpleNamespace(_is_mkldnn_bf16_supported=lambda: supported)))
+
+    assert trainer.bf16_pays(probe(False), "cuda")
+    assert trainer.bf16_pays(probe(True), "cpu") and not trainer.bf16_pays(probe(False), "cpu")
+    assert not trainer.bf16_pays(SimpleNamespace(ops=SimpleNamespace()), "cpu")  # no probe: fp32
