@@ -8,8 +8,10 @@ from typing import Any
 
 from extractor.config import Settings
 from extractor.engines.base import Message
-from extractor.engines.tokenizer import ChatIds
+from extractor.engines.tokenizer import ChatIds, load_tokenizer
 from extractor.errors import EngineError
+
+PROMPT_IDS_CACHE = 1024  # prompts counted and not yet sent: about the requests in flight
 
 
 class LocalModel:
@@ -18,6 +20,10 @@ class LocalModel:
     _settings: Settings
     _model_dir: Path
     _chat_ids: ChatIds | None  # set at start
+
+    def _load_tokenizer(self) -> None:
+        """Load the model's tokenizer and start remembering prompt ids (at start)."""
+        self._chat_ids = ChatIds(load_tokenizer(self._model_dir), PROMPT_IDS_CACHE)
 
     @property
     def model_name(self) -> str:

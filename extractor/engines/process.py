@@ -37,13 +37,12 @@ from extractor.config import Settings
 from extractor.engines.base import Generation, GenerationRequest
 from extractor.engines.local import LocalModel
 from extractor.engines.loop import LoopThread
-from extractor.engines.tokenizer import ChatIds, load_tokenizer, token_ends
+from extractor.engines.tokenizer import ChatIds, token_ends
 from extractor.engines.vllm import VLLMEngine, cuda_environment, has_cuda
 from extractor.errors import EngineDeadError, EngineError
 from extractor.models import resolve_model_dir
 
 log = logging.getLogger("extractor.engine")
-PROMPT_IDS_CACHE = 1024
 START_TIMEOUT_S = 1800.0  # a cold start on a GPU compiles for minutes; the child's own failure comes sooner
 CLOSE_TIMEOUT_S = 60.0
 # the replies that end a request: it is no longer in the child
@@ -102,7 +101,7 @@ class ProcessEngine(LocalModel):
         with self._start_lock:
             if self._loop is not None:
                 return
-            self._chat_ids = ChatIds(load_tokenizer(self._model_dir), PROMPT_IDS_CACHE)
+            self._load_tokenizer()
             self._folder = tempfile.TemporaryDirectory(prefix="extractor-engine-")
             loop = LoopThread("extractor-vllm-link")
             try:

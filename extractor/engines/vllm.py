@@ -22,14 +22,13 @@ from extractor.engines import memory, priority, vllm_checks, vllm_masks, vllm_pr
 from extractor.engines.base import Generation, GenerationRequest
 from extractor.engines.local import LocalModel
 from extractor.engines.loop import LoopThread
-from extractor.engines.tokenizer import ChatIds, load_tokenizer, token_ends
+from extractor.engines.tokenizer import ChatIds, token_ends
 from extractor.errors import EngineDeadError, EngineError
 from extractor.models import resolve_model_dir
 
 T = TypeVar("T")
 log = logging.getLogger("extractor.engine")
 _ids = itertools.count()
-PROMPT_IDS_CACHE = 1024  # prompts counted and not yet sent: about the requests in flight
 
 
 def has_cuda() -> bool:
@@ -110,7 +109,7 @@ class VLLMEngine(LocalModel):
         with self._start_lock:
             if self._llm is not None:
                 return
-            self._chat_ids = ChatIds(load_tokenizer(self._model_dir), PROMPT_IDS_CACHE)
+            self._load_tokenizer()
             loop = LoopThread("extractor-vllm")
             try:
                 self._llm = loop.run(self._build())
