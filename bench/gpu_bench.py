@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -224,6 +225,7 @@ async def engine_phase(out: Path, per_task: int, seed_per_task: int, parts: Sequ
         if settings.grammar_backend == "guidance":  # the substring grammar is llguidance's Lark
             await compact.raw_passes(engine, extractor, warm, grounded=True)
         await compact.raw_passes(engine, extractor, warm)
+        await compact.extractor_batches(extractor, warm)  # the pipeline's side warm too: indexes, templates, caches
         if "p1" in parts:
             await p1(report, extractor, work)
         if "p5" in parts:
@@ -254,10 +256,31 @@ async def engine_phase(out: Path, per_task: int, seed_per_task: int, parts: Sequ
 
 async def p1(report: Report, extractor: Extractor, work: list[GoldItem]) -> None:
     """P1 as on the CPU (`bench/compact.py`: same work on both sides, A-B-B-A), plus one attempt only."""
+    engine = extractor.engine
+    # Every pass meets vLLM's prefix cache alike: warm for these prompts (else the first pass alone
+    # pays their prefill), and tokenizes its own prompts (else the first pass alone pays that).
+    await compact.raw_passes(engine, extractor, work)
+    new_pass = partial(forget_prompts, engine)
+
+    async def logprobs() -> dict[str, Any]:
+        new_pass()
+        return await compact.raw_passes(engine, extractor, work, grounded=True, transform=asking_logprobs)
+
+    same_work = await compact.p1_same_work(extractor, work, new_pass=new_pass)
+    new_pass()
     report["p1"] = {
-        **await compact.p1_same_work(extractor, work),
+        **same_work,
         "extractor_one_attempt": await compact.extractor_batches(extractor, work, max_attempts=1),
+        # raw vLLM asked for the sampled tokens' logprobs, as the pipeline asks (confidences): their cost in vLLM
+        "raw_logprobs": compact.add_passes(await logprobs(), await logprobs()),
     }
+
+
+def forget_prompts(engine: Any) -> None:
+    """Drop the prompt ids the engine remembers, so that the next pass tokenizes its prompts as new ones."""
+    forget = getattr(engine, "forget_prompts", None)
+    if forget is not None:
+        forget()
 
 
 def thread_cpu() -> dict[str, float]:
@@ -319,11 +342,12 @@ async def p1_http(extractor: Extractor, work: list[GoldItem], profile: Path | No
     engine, clients = extractor.engine, 256
     requests = [common.request(extractor.task(i.task), i.text, grounded=True) for i in work]
     jobs = [(i.task, i.text) for i in work]
-    sides: dict[str, list[dict[str, Any]]] = {"raw": [], "http": []}
+    sides: dict[str, list[dict[str, Any]]] = {"raw": [], "http": [], "http_profiled": []}
     with live_app(extractor) as url:
         await asyncio.to_thread(load, url, 16, jobs[:64])  # warm-up of the HTTP path
 
         async def raw() -> None:
+            forget_prompts(engine)
             before = thread_cpu()
             generations, seconds = await common.generate_all(engine, requests, concurrency=clients)
             tokens = sum(g.completion_tokens for g in generations)
@@ -332,10 +356,11 @@ async def p1_http(extractor: Extractor, work: list[GoldItem], profile: Path | No
             )
 
         async def http(spy: Path | None = None) -> None:
+            forget_prompts(engine)
             before = thread_cpu()
             with profiled(spy):
                 row = await asyncio.to_thread(load, url, clients, jobs)
-            sides["http"].append({**row, "cpu": cpu_since(before, row["seconds"])})
+            sides["http" if spy is None else "http_profiled"].append({**row, "cpu": cpu_since(before, row["seconds"])})
 
         await raw()
         await http()
@@ -343,9 +368,14 @@ async def p1_http(extractor: Extractor, work: list[GoldItem], profile: Path | No
         await raw()
         if profile is not None:  # one more pass under the profiler, outside the figures
             await http(profile)
-    docs_s = {k: sum(r["docs"] for r in v) / sum(r["seconds"] for r in v) for k, v in sides.items()}
+    docs_s = {k: sum(r["docs"] for r in v) / sum(r["seconds"] for r in v) for k, v in sides.items() if v}
     print(f"bench: P1 over HTTP: {docs_s['http']:.1f} vs raw {docs_s['raw']:.1f} docs/s", flush=True)
     return {"clients": clients, "docs_per_s": docs_s, "ratio": docs_s["http"] / docs_s["raw"], "passes": sides}
+
+
+def asking_logprobs(r: GenerationRequest) -> GenerationRequest:
+    """The request asking for each sampled token's logprob, as the pipeline's do (confidences)."""
+    return dataclasses.replace(r, logprobs=True)
 
 
 def capped(r: GenerationRequest) -> GenerationRequest:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import random
 import shutil
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from extractor import Catalog, Extractor, ScriptedEngine, Settings
 from extractor.config import repo_root
 from extractor.engines.base import GenerationRequest
 from extractor.engines.remote import chat_payload, parse_completion
-from extractor.engines.tokenizer import bytes_ends, load_tokenizer, prefix_token_ends, token_ends
+from extractor.engines.tokenizer import TokenPlaces, bytes_ends, load_tokenizer, prefix_token_ends, token_ends
 from extractor.errors import ConfigError, TaskError
 from extractor.models import resolve_model_dir
 from extractor.review import calibration, confidence
@@ -331,3 +332,25 @@ def test_results_are_calibrated_by_the_verdict_of_the_pool_they_are_served_with(
     assert result.confidences["/city"] == fitted(1.0, "agrees") == 1.0  # the pool calls it a city
     assert result.confidences["/name"] == fitted(1.0, "differs") < 0.7  # ... and never a name
     assert result.confidences["/category"] == fitted(1.0)  # never labelled: no map of its own here
+
+
+def test_token_places_from_bytes_agree_with_decoding_and_drop_back_on_any_difference() -> None:
+    tokenizer = load_tokenizer(resolve_model_dir(Settings.from_env({})))
+    places = TokenPlaces(tokenizer)
+    assert places._bytes is not None  # the default model's decoder is GPT-2's byte level
+    rng = random.Random(7)
+    texts = ['{"period": "摩尔人统治时期", "x": "café 😀"}', "  don't . , ! ?  "]
+    samples = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    # any ids at all: special tokens (skipped when decoding), bytes that never complete a character
+    samples += [[rng.randrange(len(tokenizer)) for _ in range(rng.randrange(1, 30))] for _ in range(300)]
+    for ids in samples:
+        text = tokenizer.decode(ids, skip_special_tokens=True)
+        places.checks_left = 0  # the bytes alone, unchecked
+        assert places(ids, text) == prefix_token_ends(tokenizer, ids, text)
+    assert places._bytes is not None
+
+    places._pieces[samples[0][0]] = b"!!!!!"  # a token's bytes gone wrong: the check finds it, decoding takes over
+    places.checks_left = 1
+    text = tokenizer.decode(samples[0])
+    assert places(samples[0], text) == token_ends(tokenizer, samples[0], text)
+    assert places._bytes is None and places(samples[0], text) == token_ends(tokenizer, samples[0], text)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import pytest
 
 from extractor import Catalog, Extractor, ScriptedEngine, Settings
+from extractor.constraints import grounded_decoding, substring
 from extractor.constraints.grounded_decoding import (
     MAX_CANDIDATES,
     candidates,
@@ -236,3 +238,23 @@ def test_a_request_carries_a_schema_or_a_grammar_never_both() -> None:
 
     with pytest.raises(ValueError, match="a JSON Schema or a grammar, not both"):
         GenerationRequest(messages=[], json_schema={"type": "object"}, grammar="start: x")
+
+
+def test_a_schema_is_planned_once_and_each_text_gets_its_own_automaton() -> None:
+    schema = copy.deepcopy(SCHEMA)
+    first = constrain(schema, "rain in Oslo", everywhere=True)
+    planned = grounded_decoding._PLANS[(id(schema), True)]
+    second = constrain(schema, "snow in Bergen", everywhere=True)
+    assert grounded_decoding._PLANS[(id(schema), True)] is planned  # the schema's part was not worked out again
+    assert first is not None and second is not None and first.grammar is not None and second.grammar is not None
+    assert first.grammar == substring.translate(schema, "rain in Oslo", extractive_nodes(schema, everywhere=True)).lark
+    assert "Bergen" in second.grammar and "Oslo" not in second.grammar
+    assert first.grammar.replace("rain", "snow").replace("Oslo", "Bergen") == second.grammar
+    # a schema at another address, or a new one where an old one was, is planned on its own
+    other = copy.deepcopy(SCHEMA)
+    other["properties"]["city"]["maxLength"] = 9
+    third = constrain(other, "rain in Oslo", everywhere=True)
+    assert third is not None and third.grammar is not None and "{1,9}" in third.grammar
+    grounded_decoding._PLANS[(id(other), True)] = (schema, *grounded_decoding._PLANS[(id(other), True)][1:])
+    again = constrain(other, "rain in Oslo", everywhere=True)
+    assert again is not None and again.grammar == third.grammar

@@ -9,8 +9,9 @@ import pytest
 
 from extractor.config import Settings
 from extractor.engines.process import ProcessEngine
-from extractor.engines.tokenizer import ChatIds, chat_token_ids, count_chat_tokens
+from extractor.engines.tokenizer import ChatIds, chat_token_ids, count_chat_tokens, load_tokenizer
 from extractor.engines.vllm import VLLMEngine
+from extractor.models import resolve_model_dir
 
 
 class CountingTokenizer:
@@ -56,3 +57,27 @@ def test_another_prompt_is_encoded_on_its_own(tmp_path: Path) -> None:
     first = engine.prompt_ids([{"role": "user", "content": "a"}])
     second = engine.prompt_ids([{"role": "user", "content": "b"}])
     assert first != second and tokenizer.encoded == 2
+
+
+def test_prompts_encoded_piece_by_piece_between_special_tokens_equal_one_whole_encode() -> None:
+    tokenizer = load_tokenizer(resolve_model_dir(Settings.from_env({})))
+    ids = ChatIds(tokenizer)
+    assert ids._pieces is not None
+    ids._pieces.checks_left = 0  # the pieces alone, unchecked
+    system = {"role": "system", "content": "Extract the slots.\nSlots:\n- artist: the singer"}
+    users = ["play  Yesterday by the Beatles ", "摩尔人统治时期 ", "x<|im_end|>y <repo_name>\n\n", " ", "\t😀"]
+    for user in users:
+        chat = [system, {"role": "user", "content": user}]
+        assert list(ids(chat)) == chat_token_ids(tokenizer, chat)  # type: ignore[arg-type]
+    assert ids._pieces is not None and ids._pieces._piece.cache_info().hits >= len(users) - 1  # the system turn
+
+
+def test_a_tokenizer_the_pieces_disagree_with_goes_back_to_whole_encodes() -> None:
+    tokenizer = load_tokenizer(resolve_model_dir(Settings.from_env({})))
+    ids = ChatIds(tokenizer)
+    assert ids._pieces is not None
+    ids._pieces._added = {k: 0 for k in ids._pieces._added}  # pieces that no longer agree
+    chat = [{"role": "user", "content": "weather in Oslo"}]
+    assert list(ids(chat)) == chat_token_ids(tokenizer, chat)  # type: ignore[arg-type]
+    assert ids._pieces is None  # for good
+    assert ChatIds(CountingTokenizer())._pieces is None  # no fast tokenizer behind it: whole encodes

@@ -19,6 +19,10 @@ punctuation mark of those; each run is offered as written and with its edge punc
 (``2nd, 2037?`` and ``2nd, 2037``). A field keeps the candidates that satisfy its ``minLength``,
 ``maxLength`` (default :data:`MAX_CHARS`) and ``pattern``.
 
+A schema's grounded fields and its grammar skeleton are worked out once per schema object and
+remembered (a task's schema is never changed in place; a reload makes new ones): per request only
+the text's part is built.
+
 Which fields: a string subschema (``type`` string, or string and null; no ``enum``/``const``)
 marked ``"x-extractive": true``; with the task setting ``"grounded_decoding": true`` (or the
 request option), every string subschema whose value is grounded (not under ``"x-grounded":
@@ -157,7 +161,7 @@ def constrain(
         grammar: The engine reads llguidance's Lark (the guidance backend); False: the enum of spans.
 
     """
-    targets = extractive_nodes(schema, everywhere=everywhere)
+    targets, planned = _plan(schema, everywhere)
     if not targets:
         return None
     words = substring.word_count(text)
@@ -173,20 +177,45 @@ def constrain(
             why="the grammar backend is not guidance, which alone reads the substring grammar",
             max_candidates=max_candidates,
         )
-    try:
-        lark = substring.translate(schema, text, targets, clauses_only=clauses)
-    except substring.UntranslatableError as error:
+    if isinstance(planned, substring.UntranslatableError):
         return without_grammar(
             schema,
             text,
             everywhere=everywhere,
-            why=f"the grammar cannot spell out {error}",
+            why=f"the grammar cannot spell out {planned}",
             max_candidates=max_candidates,
         )
+    lark = planned.grammar(text, clauses_only=clauses)
     note = None
     if lark.posthoc:
         note = f"checked after generation (pattern or format): {', '.join(lark.posthoc)}"
     return Constrained(lark.fields, "grammar", grammar=lark.lark, note=note)
+
+
+# (id(schema), everywhere) -> (the schema, kept so that its id is not reused; its grounded fields;
+# its grammar skeleton, or why it has none). A schema is never changed once loaded (a reload makes new ones).
+_PLANS: dict[tuple[int, bool], tuple[Mapping[str, Any], dict[int, str], Any]] = {}
+_PLANS_KEPT = 256
+
+
+def _plan(
+    schema: Mapping[str, Any], everywhere: bool
+) -> tuple[dict[int, str], substring.Skeleton | substring.UntranslatableError]:
+    """A schema's grounded fields and grammar skeleton, worked out once per schema object, not per request."""
+    key = (id(schema), everywhere)
+    found = _PLANS.get(key)
+    if found is not None and found[0] is schema:
+        return found[1], found[2]
+    targets = extractive_nodes(schema, everywhere=everywhere)
+    planned: substring.Skeleton | substring.UntranslatableError
+    try:
+        planned = substring.skeleton(schema, targets) if targets else substring.UntranslatableError("#", "no field")
+    except substring.UntranslatableError as error:
+        planned = error
+    if len(_PLANS) >= _PLANS_KEPT:
+        _PLANS.pop(next(iter(_PLANS)))
+    _PLANS[key] = (schema, targets, planned)
+    return targets, planned
 
 
 def without_grammar(

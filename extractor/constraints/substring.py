@@ -19,6 +19,10 @@ Where a node holding grounded strings uses anything else (``oneOf``, ``allOf``,
 and the caller keeps the older enum path. A grounded field with a ``pattern`` or ``format``
 is decoded by its schema and grounded after generation (named in ``Grammar.posthoc``).
 
+Only the ``TEXT`` terminal depends on the text: :func:`skeleton` builds the rest once per schema
+(a :class:`Skeleton`; :mod:`~extractor.constraints.grounded_decoding` keeps one per task schema),
+and :meth:`Skeleton.grammar` adds the text's automaton per request.
+
 With ``clauses_only=True`` (the default, setting ``grounded_clauses``) a value is a substring of
 one clause: the text is cut after clause punctuation (``，。；：！？`` and ``; ! ?`` and ``.``
 followed by a space), so a value cannot run across ``，``. `bench/clauses.py` measured it: F1
@@ -107,15 +111,47 @@ def translate(
         UntranslatableError: a node holding grounded fields uses a construct the grammar does not spell out.
 
     """
-    return _Translator(schema, text, targets, clauses_only).run()
+    return skeleton(schema, targets).grammar(text, clauses_only=clauses_only)
+
+
+def skeleton(schema: Mapping[str, Any], targets: Mapping[int, str]) -> Skeleton:
+    """The schema's part of every grammar for it: all but the text's substring automaton.
+
+    Raises:
+        UntranslatableError: a node holding grounded fields uses a construct the grammar does not spell out.
+
+    """
+    return _Translator(schema, targets).run()
+
+
+@dataclass(frozen=True)
+class Skeleton:
+    """A task schema's grammar without the text: built once per schema, completed per text by :meth:`grammar`."""
+
+    rules: tuple[str, ...]  # ``start`` and the rules below it
+    terminals: tuple[str, ...]  # the grounded strings' terminals, over ``TEXT``
+    fields: tuple[str, ...]
+    posthoc: tuple[str, ...]
+
+    def grammar(self, text: str, *, clauses_only: bool = True) -> Grammar:
+        """The grammar for ``text``: ``TEXT`` is the substring automaton of its chunks (of each clause's)."""
+        lines = [*self.rules, f"TEXT: {_substring(text, clauses_only)}", *self.terminals] if self.terminals else []
+        return Grammar("\n".join(lines or self.rules) + "\n", self.fields, self.posthoc)
+
+
+def _substring(text: str, clauses_only: bool) -> str:
+    pieces = clauses(text) if clauses_only else [text]
+    automata = []
+    for piece in pieces:
+        escaped = [json.dumps(c, ensure_ascii=False)[1:-1] for c in chunks(piece)]
+        automata.append('%regex {"substring_chunks": ' + json.dumps(escaped, ensure_ascii=False) + "}")
+    return " | ".join(automata) if automata else '""'
 
 
 @dataclass
 class _Translator:
     schema: Mapping[str, Any]
-    text: str
     targets: Mapping[int, str]
-    clauses_only: bool
     names: dict[int, str] = field(default_factory=dict)  # id(node) -> its rule's name
     bodies: dict[str, str] = field(default_factory=dict)  # rule name -> body, in definition order
     terminals: dict[tuple[int, int | None], str] = field(default_factory=dict)
@@ -123,24 +159,16 @@ class _Translator:
     posthoc: list[str] = field(default_factory=list)
     _holds: dict[int, bool] = field(default_factory=dict)
 
-    def run(self) -> Grammar:
+    def run(self) -> Skeleton:
         top = self.rule(self.schema, "#")
-        lines = [f"start: {top}"]
-        lines += [f"{name}: {body}" for name, body in self.bodies.items()]
-        if self.terminals:
-            lines.append(f"TEXT: {self.substring()}")
-            for (low, high), name in self.terminals.items():
-                bound = f"{{{low},{high}}}" if high is not None else f"{{{low},}}"
-                lines.append(f"{name}: TEXT & /{_JSON_CHAR}{bound}/ & {_TRIMMED}")
-        return Grammar("\n".join(lines) + "\n", tuple(sorted(set(self.fields))), tuple(sorted(set(self.posthoc))))
-
-    def substring(self) -> str:
-        pieces = clauses(self.text) if self.clauses_only else [self.text]
-        automata = []
-        for piece in pieces:
-            escaped = [json.dumps(c, ensure_ascii=False)[1:-1] for c in chunks(piece)]
-            automata.append('%regex {"substring_chunks": ' + json.dumps(escaped, ensure_ascii=False) + "}")
-        return " | ".join(automata) if automata else '""'
+        rules = [f"start: {top}"] + [f"{name}: {body}" for name, body in self.bodies.items()]
+        terminals = []
+        for (low, high), name in self.terminals.items():
+            bound = f"{{{low},{high}}}" if high is not None else f"{{{low},}}"
+            terminals.append(f"{name}: TEXT & /{_JSON_CHAR}{bound}/ & {_TRIMMED}")
+        return Skeleton(
+            tuple(rules), tuple(terminals), tuple(sorted(set(self.fields))), tuple(sorted(set(self.posthoc)))
+        )
 
     # -- nodes --------------------------------------------------------------------------------
 

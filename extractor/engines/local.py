@@ -8,7 +8,7 @@ from typing import Any
 
 from extractor.config import Settings
 from extractor.engines.base import Message
-from extractor.engines.tokenizer import ChatIds, load_tokenizer
+from extractor.engines.tokenizer import ChatIds, TokenPlaces, load_tokenizer
 from extractor.errors import EngineError
 
 PROMPT_IDS_CACHE = 1024  # prompts counted and not yet sent: about the requests in flight
@@ -20,10 +20,13 @@ class LocalModel:
     _settings: Settings
     _model_dir: Path
     _chat_ids: ChatIds | None  # set at start
+    _places: TokenPlaces | None = None  # set at start
 
     def _load_tokenizer(self) -> None:
         """Load the model's tokenizer and start remembering prompt ids (at start)."""
-        self._chat_ids = ChatIds(load_tokenizer(self._model_dir), PROMPT_IDS_CACHE)
+        tokenizer = load_tokenizer(self._model_dir)
+        self._chat_ids = ChatIds(tokenizer, PROMPT_IDS_CACHE)
+        self._places = TokenPlaces(tokenizer)
 
     @property
     def model_name(self) -> str:
@@ -42,6 +45,17 @@ class LocalModel:
 
     def count_prompt_tokens(self, messages: Sequence[Message]) -> int:
         return len(self.prompt_ids(messages))
+
+    def token_ends(self, token_ids: Sequence[int], text: str) -> tuple[int, ...]:
+        """Where each generated token ends in ``text`` (code points): :class:`TokenPlaces`."""
+        if self._places is None:
+            self._places = TokenPlaces(self.tokenizer)
+        return self._places(token_ids, text)
+
+    def forget_prompts(self) -> None:
+        """Drop the remembered prompt ids (the pieces' stay): the benchmarks' passes tokenize their prompts afresh."""
+        if self._chat_ids is not None:
+            self._chat_ids.forget()
 
     def prompt_ids(self, messages: Sequence[Message]) -> tuple[int, ...]:
         """The chat's token ids under the model's chat template, remembered for the latest prompts."""

@@ -37,7 +37,7 @@ from extractor.config import Settings
 from extractor.engines.base import Generation, GenerationRequest
 from extractor.engines.local import LocalModel
 from extractor.engines.loop import LoopThread
-from extractor.engines.tokenizer import ChatIds, token_ends
+from extractor.engines.tokenizer import ChatIds
 from extractor.engines.vllm import VLLMEngine, cuda_environment, has_cuda
 from extractor.errors import EngineDeadError, EngineError
 from extractor.models import resolve_model_dir
@@ -203,7 +203,7 @@ class ProcessEngine(LocalModel):
         if not generation.token_ids:
             return generation
         # placed here, not on the loop that feeds vLLM in the child: about 1 ms of decoding an answer
-        ends = token_ends(self.tokenizer, generation.token_ids, generation.text)
+        ends = self.token_ends(generation.token_ids, generation.text)
         return dataclasses.replace(generation, token_ends=ends, token_ids=())
 
     async def _generate(self, ids: Sequence[int], request: GenerationRequest) -> Generation:

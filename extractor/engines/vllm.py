@@ -22,7 +22,7 @@ from extractor.engines import memory, priority, vllm_checks, vllm_masks, vllm_pr
 from extractor.engines.base import Generation, GenerationRequest
 from extractor.engines.local import LocalModel
 from extractor.engines.loop import LoopThread
-from extractor.engines.tokenizer import ChatIds, token_ends
+from extractor.engines.tokenizer import ChatIds
 from extractor.errors import EngineDeadError, EngineError
 from extractor.models import resolve_model_dir
 
@@ -279,7 +279,7 @@ class VLLMEngine(LocalModel):
         if completion.logprobs is not None and len(completion.logprobs) == len(ids):
             logprobs = tuple(float(step[token].logprob) for step, token in zip(completion.logprobs, ids, strict=True))
             if self.places_tokens:
-                ends = token_ends(self.tokenizer, ids, completion.text)
+                ends = self.token_ends(ids, completion.text)
         return Generation(
             text=completion.text,
             prompt_tokens=len(final.prompt_token_ids or ()),

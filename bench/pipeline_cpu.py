@@ -1,0 +1,147 @@
+"""The pipeline's own CPU per document: what bounds P1 on a GPU, measured on any machine.
+
+On the H200 vLLM answers 256 SNIPS requests at once in about 2 ms a document; the service runs
+its whole pipeline for each one (render, prompt tokens, the grounded grammar, parse, validate,
+ground, confidences, the journal) on one thread. Whatever that thread spends per document is the
+ceiling on ``extractor batch`` there, and P1 cannot pass 0.95 while it is near vLLM's own time.
+
+Here the engine answers at once, with each line's gold answer, and does in this process what
+:class:`~extractor.engines.process.ProcessEngine` does in the service's (the prompt's token ids,
+the answer's token places): every other microsecond is the pipeline's. It runs ``extractor
+batch`` per task on the SNIPS dev lines (no vLLM, no GPU) and prints CPU µs per document and
+wall µs per document in each stage; ``--profile N`` adds the top N functions under cProfile.
+
+    python -m bench.pipeline_cpu [--per-task 100] [--profile 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import pstats
+import time
+from collections import defaultdict
+from collections.abc import AsyncGenerator, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench import common, compact, stages
+from extractor import Extractor
+from extractor.config import Settings
+from extractor.engines.base import Generation, GenerationRequest, Message
+from extractor.engines.local import LocalModel
+from extractor.jobs.gold import GoldItem
+from extractor.models import resolve_model_dir
+
+
+class InstantEngine(LocalModel):
+    """Answers each text with its gold data as compact JSON, placed token by token as the service does.
+
+    ``spent`` sums the seconds of what the service's side of ``ProcessEngine`` does: the prompt's
+    token ids (counting them, then sending them) and the answer's token places.
+    """
+
+    def __init__(self, settings: Settings, answers: dict[str, str]) -> None:
+        self._settings = settings
+        self._model_dir = resolve_model_dir(settings)
+        self._chat_ids = None
+        self._answers = answers
+        self.spent: dict[str, float] = defaultdict(float)
+
+    async def start(self) -> None:
+        self._load_tokenizer()
+
+    async def close(self) -> None:
+        return None
+
+    def prompt_ids(self, messages: Sequence[Message]) -> tuple[int, ...]:
+        start = time.perf_counter()
+        try:
+            return super().prompt_ids(messages)
+        finally:
+            self.spent["prompt token ids (chat template + tokenizer)"] += time.perf_counter() - start
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        ids = self.prompt_ids(request.messages)
+        text = self._answers.get(request.messages[-1]["content"], "{}")
+        answer = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])  # the engine's work: not counted
+        start = time.perf_counter()
+        ends = self.token_ends(answer, text) if request.logprobs else ()
+        self.spent["answer token places"] += time.perf_counter() - start
+        logprobs = tuple(0.0 for _ in answer) if request.logprobs else ()
+        return Generation(text, len(ids), len(answer), token_ends=ends, token_logprobs=logprobs)
+
+    async def stream(self, request: GenerationRequest) -> AsyncGenerator[str, None]:
+        yield (await self.generate(request)).text
+
+
+def answers(extractor: Extractor, items: Sequence[GoldItem]) -> dict[str, str]:
+    """Each line's gold data as the model would write it, keyed by the user turn the pipeline renders."""
+    from extractor.catalog.prompting import render
+
+    found = {}
+    for item in items:
+        task = extractor.task(item.task)
+        user = render(task, item.text)[-1]["content"]
+        found[user] = json.dumps(shaped(task.schema, item.expected), ensure_ascii=False, separators=(",", ":"))
+    return found
+
+
+def shaped(schema: dict[str, Any], expected: dict[str, Any]) -> dict[str, Any]:
+    """Gold slots (a list of values each) as the task schema holds them: a string field takes the first."""
+    properties = schema.get("properties", {})
+    out = {}
+    for key, values in expected.items():
+        kind = properties.get(key, {}).get("type")
+        many = kind == "array" or (isinstance(kind, list) and "array" in kind)
+        out[key] = values if many or not isinstance(values, list) else values[0]
+    return out
+
+
+async def main(per_task: int, top: int) -> dict[str, Any]:
+    settings = common.settings()
+    probe = Extractor(settings=settings)
+    items = common.gold_items(probe.catalog.names())
+    tasks = sorted({i.task for i in items})
+    work = common.jobs(items, tasks, per_task)
+    engine = InstantEngine(settings, answers(probe, work))
+    extractor = Extractor(settings=settings, engine=engine)
+    await extractor.astart()
+    await compact.extractor_batches(extractor, work)  # warm: retrieval indexes, templates, caches
+    engine.forget_prompts()
+    cpu, wall = time.process_time(), time.perf_counter()
+    summary = await compact.extractor_batches(extractor, work)
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    docs = summary["docs"]
+    engine.spent.clear()
+    engine.forget_prompts()
+    with stages.timed(engine) as spent:
+        await compact.extractor_batches(extractor, work)
+    spent.pop("generate (engine, overlapping)", None)
+    parts = {**spent, **engine.spent}
+    per_doc = {k: v / docs * 1e6 for k, v in sorted(parts.items(), key=lambda kv: -kv[1])}
+    print(f"bench: {docs} documents, {summary['ok']} ok: {cpu / docs * 1e6:.0f} µs CPU a document, {wall:.2f} s")
+    for stage, us in per_doc.items():
+        print(f"{us:8.0f} µs  {stage}")
+    if top:
+        engine.forget_prompts()
+        profile = cProfile.Profile()  # its own overhead inflates call-heavy code (Jinja): read the order, not the µs
+        profile.enable()
+        await compact.extractor_batches(extractor, work)
+        profile.disable()
+        stats = pstats.Stats(profile)
+        rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][3])  # type: ignore[attr-defined]
+        print(f"{'cumulative µs/doc':>18} {'own µs/doc':>11}  function (cProfile)")
+        for (path, line, name), (_, _, own, cumulative, _) in rows[:top]:
+            print(f"{cumulative / docs * 1e6:18.0f} {own / docs * 1e6:11.0f}  {name} ({Path(path).name}:{line})")
+    return {"docs": docs, "cpu_us_per_doc": cpu / docs * 1e6, "wall_s": wall, "stages_us_per_doc": per_doc}
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--per-task", type=int, default=100)
+    parser.add_argument("--profile", type=int, default=0, help="functions listed under cProfile (0: none)")
+    args = parser.parse_args()
+    asyncio.run(main(args.per_task, args.profile))
