@@ -101,7 +101,7 @@ def markdown() -> str:
         f"All 700 utterances, each side twice (`--per-task 100 --parts p1,p1http,http`, "
         f"`raw/gpu-p1-pipeline.json`, {latest['start']['machine']['date']}), the code as shipped: vLLM's front end "
         "in a process of its own (`extractor/engines/process.py`, the default on CUDA), the mask pool, "
-        "vLLM's second grammar check skipped, the pipeline's per-document work cut to about 1 ms of the host's "
+        "vLLM's second grammar check skipped, the pipeline's per-document work cut to about 1.2 ms of the host's "
         "CPU (below). Raw is the same engine fed the same requests:",
         "",
         "| pair (each side twice, A-B-B-A, passes summed) | extractor docs/s | raw vLLM docs/s | ratio |",

@@ -15,6 +15,7 @@ import pytest
 from extractor import EngineError, ExtractionResult, Extractor, InputError, Settings
 from extractor.engines.base import GenerationRequest
 from extractor.engines.remote import RemoteEngine, chat_payload, parse_completion, retry_after_s
+from extractor.engines.tokenizer import count_chat_tokens, estimate_tokens
 from extractor.errors import RequestRejectedError
 
 from .conftest import LANDMARK_TEXT, landmark
@@ -331,3 +332,17 @@ def test_remote_settings_are_checked() -> None:
     with pytest.raises(Exception, match="vllm-router"):
         Settings.from_env({"EXTRACTOR_ENGINE": "remote", "EXTRACTOR_REMOTE_URLS": "http://a:1/, http://b:2"})
     assert "remote_api_key" not in repr(Settings.from_env({}, remote_api_key="sekret"))
+
+
+async def test_a_local_model_counts_prompts_with_its_tokenizer_once_each(stubs: Any) -> None:
+    stub = await stubs(ok())
+    engine = RemoteEngine(Settings.from_env({}, engine="remote", remote_urls=stub.url), probe_interval_s=0.1)
+    await engine.start()
+    try:
+        assert engine._chat_ids is not None  # the default model is prepared here: its tokenizer counts
+        chat: Any = [{"role": "system", "content": "Extract."}, {"role": "user", "content": "rain in Oslo"}]
+        count = engine.count_prompt_tokens(chat)
+        assert count == count_chat_tokens(engine._chat_ids.tokenizer, chat) != estimate_tokens(chat)
+        assert engine.count_prompt_tokens(chat) == count and engine._chat_ids._encoded.cache_info().hits == 1
+    finally:
+        await engine.close()

@@ -30,8 +30,9 @@ import httpx
 
 from extractor.config import Settings
 from extractor.engines.base import Generation, GenerationRequest, Message
+from extractor.engines.local import PROMPT_IDS_CACHE
 from extractor.engines.loop import LoopThread
-from extractor.engines.tokenizer import bytes_ends, count_chat_tokens, estimate_tokens, load_tokenizer
+from extractor.engines.tokenizer import ChatIds, bytes_ends, estimate_tokens, load_tokenizer
 from extractor.errors import (
     ConfigError,
     EngineError,
@@ -180,7 +181,7 @@ class RemoteEngine:
         self._max_retry_wait_s = max_retry_wait_s
         self._loop: LoopThread | None = None
         self._client: httpx.AsyncClient | None = None
-        self._tokenizer: Any = None
+        self._chat_ids: ChatIds | None = None  # the local tokenizer's prompt token ids, when the model is local
         self._served_model: str | None = settings.remote_model
         self._max_model_len = settings.max_model_len
         self._start_lock = threading.Lock()
@@ -202,7 +203,8 @@ class RemoteEngine:
         with self._start_lock:
             if self._loop is not None:
                 return
-            self._tokenizer = self._local_tokenizer()
+            tokenizer = self._local_tokenizer()
+            self._chat_ids = None if tokenizer is None else ChatIds(tokenizer, PROMPT_IDS_CACHE)
             loop = LoopThread("extractor-remote")
             try:
                 loop.run(self._open_pool())
@@ -278,8 +280,8 @@ class RemoteEngine:
             await self._discover(endpoint)
 
     def count_prompt_tokens(self, messages: Sequence[Message]) -> int:
-        if self._tokenizer is not None:
-            return count_chat_tokens(self._tokenizer, messages)
+        if self._chat_ids is not None:  # remembered: the pipeline counts a prompt more than once
+            return len(self._chat_ids(messages))
         # No local tokenizer: a low estimate; a prompt that does not fit is then rejected by the
         # server, and that rejection becomes an InputError.
         return estimate_tokens(messages)
