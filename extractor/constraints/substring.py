@@ -135,8 +135,10 @@ class Skeleton:
 
     def grammar(self, text: str, *, clauses_only: bool = True) -> Grammar:
         """The grammar for ``text``: ``TEXT`` is the substring automaton of its chunks (of each clause's)."""
-        lines = [*self.rules, f"TEXT: {_substring(text, clauses_only)}", *self.terminals] if self.terminals else []
-        return Grammar("\n".join(lines or self.rules) + "\n", self.fields, self.posthoc)
+        lines = (
+            [*self.rules, f"TEXT: {_substring(text, clauses_only)}", *self.terminals] if self.terminals else self.rules
+        )
+        return Grammar("\n".join(lines) + "\n", self.fields, self.posthoc)
 
 
 def _substring(text: str, clauses_only: bool) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -194,7 +194,7 @@ class TokenPlaces:
         return piece
 
 
-def _byte_level(tokenizer: Any) -> Any:
+def _byte_level(tokenizer: Any) -> Callable[[int], bytes] | None:
     """``token id -> bytes`` for a fast tokenizer with GPT-2's byte-level decoder that keeps spaces; else None."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None or type(backend.decoder).__name__ != "ByteLevel":
