@@ -216,7 +216,7 @@ def markdown(replayed: dict[str, Any]) -> str:
             "  but not all: a step with drafts also fills a mask per draft position and checks them.",
             "- On dummy weights the acceptance means little (a random model agrees with a lookup by chance;",
             "  forced tokens mostly are, where their masks allow one token); SmolLM2's rows are real answers.",
-            "- So the proposer is off by default. Greedy answers are the same with it (`tests/test_vllm_proposer.py`",
+            "- So the proposer is off by default. Greedy answers are the same with it (`tests/test_engine_process.py`",
             "  starts vLLM with it and compares). On CPU cores the forward pass costs per token, so drafts",
             "  cannot save much there either. What would make it pay: drafts under async scheduling (vLLM's GPU",
             "  n-gram proposer runs async; a forced-token proposer would need the grammar on the GPU worker's",

@@ -227,7 +227,7 @@ async def engine_phase(out: Path, per_task: int, seed_per_task: int, parts: Sequ
         await compact.raw_passes(engine, extractor, warm)
         await compact.extractor_batches(extractor, warm)  # the pipeline's side warm too: indexes, templates, caches
         if "p1" in parts:
-            await p1(report, extractor, work)
+            await p1(report, extractor, work, profiles=out.parent)
         if "p5" in parts:
             await p5(report, extractor, work)
         scripted = settings.engine == "scripted"  # a dry run: no tokenizer to compile grammars with
@@ -254,8 +254,12 @@ async def engine_phase(out: Path, per_task: int, seed_per_task: int, parts: Sequ
         await extractor.aclose()
 
 
-async def p1(report: Report, extractor: Extractor, work: list[GoldItem]) -> None:
-    """P1 as on the CPU (`bench/compact.py`: same work on both sides, A-B-B-A), plus one attempt only."""
+async def p1(report: Report, extractor: Extractor, work: list[GoldItem], profiles: Path | None = None) -> None:
+    """P1 as on the CPU (`bench/compact.py`: same work on both sides, A-B-B-A), plus one attempt only.
+
+    ``profiles``: a folder for one raw pass with logprobs and one without under py-spy, vLLM's
+    processes included (``pyspy-raw-logprobs.txt``, ``pyspy-raw.txt``), after the timed passes.
+    """
     engine = extractor.engine
     # Every pass meets vLLM's prefix cache alike: warm for these prompts (else the first pass alone
     # pays their prefill), and tokenizes its own prompts (else the first pass alone pays that).
@@ -274,6 +278,12 @@ async def p1(report: Report, extractor: Extractor, work: list[GoldItem]) -> None
         # raw vLLM asked for the sampled tokens' logprobs, as the pipeline asks (confidences): their cost in vLLM
         "raw_logprobs": compact.add_passes(await logprobs(), await logprobs()),
     }
+    if profiles is not None:  # where what logprobs cost goes, outside the figures
+        with profiled(profiles / "pyspy-raw-logprobs.txt", subprocesses=True):
+            await logprobs()
+        new_pass()
+        with profiled(profiles / "pyspy-raw.txt", subprocesses=True):
+            await compact.raw_passes(engine, extractor, work, grounded=True)
 
 
 def forget_prompts(engine: Any) -> None:
@@ -306,8 +316,11 @@ def cpu_since(before: dict[str, float], seconds: float) -> dict[str, float]:
 
 
 @contextmanager
-def profiled(out: Path | None) -> Iterator[None]:
-    """py-spy samples this process (all threads, native ids) into ``out`` while the block runs; off if None."""
+def profiled(out: Path | None, *, subprocesses: bool = False) -> Iterator[None]:
+    """py-spy samples this process (all threads, native ids) into ``out`` while the block runs; off if None.
+
+    ``subprocesses``: vLLM's processes too (its front end's, where `ProcessEngine` runs it, and the engine core).
+    """
     spy = shutil.which("py-spy") or (os.environ.get("BENCH_PYSPY") or None)
     if out is None or spy is None:
         yield
@@ -318,6 +331,7 @@ def profiled(out: Path | None) -> Iterator[None]:
     # Yama's ptrace_scope 1 lets only an ancestor trace: allow any process of ours to (PR_SET_PTRACER_ANY).
     ctypes.CDLL(None).prctl(0x59616D61, ctypes.c_ulong(-1 & 0xFFFFFFFFFFFFFFFF), 0, 0, 0)
     command = [spy, "record", "--pid", str(os.getpid()), "--rate", "100", "--threads", "--format", "raw"]
+    command += ["--subprocesses"] if subprocesses else []
     spying = subprocess.Popen([*command, "--output", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     time.sleep(1.0)  # attached
     try:

@@ -34,6 +34,50 @@ def _tok_rate(side: dict[str, Any]) -> float:
     return float(side["completion_tokens"] / side["seconds"])
 
 
+def _compile_share(name: str) -> float:
+    """CPU seconds py-spy saw in vLLM's grammar compiles (its engine core's pool) in a profile of one pass."""
+    seen = 0
+    for line in (RAW / name).read_text(encoding="utf-8").splitlines():
+        stack, _, count = line.rpartition(" ")
+        if "compile_grammar (vllm/v1/structured_output/backend_guidance.py" in stack.rsplit(";", 3)[-1]:
+            seen += int(count)
+    return seen / 100  # sampled at 100 Hz
+
+
+def tokens_only() -> list[str]:
+    """vLLM asked for an answer's tokens only where logprobs come back (its text decoded from their bytes)."""
+    run = _load("p1-tokens-only")
+    p1, http = run["p1"], run["p1_http"]
+    raw, raw_lp, ours = _rate(p1["raw"]), _rate(p1["raw_logprobs"]), _rate(p1["extractor"])
+    before = _load(LATEST)["p1"]
+    before_cost = 1 - _rate(before["raw_logprobs"]) / _rate(before["raw"])
+    stages = {k: v for k, v in p1["extractor"]["stages"].items() if k.startswith("render")}
+    stages_before = {k: v for k, v in before["extractor"]["stages"].items() if k.startswith("render")}
+    compile_s = _compile_share("gpu-pyspy-raw.txt")
+    return [
+        "**vLLM asked for tokens only.** Where a request asks for logprobs (every pipeline request: the "
+        "confidences), its tokens come back anyway, so the engine now asks vLLM not to detokenize "
+        "(`detokenize=False`, flat logprobs) and decodes the finished answer once from its tokens' bytes "
+        "(`TokenPlaces.text`, checked against a decode on its first 16 answers): vLLM's front end no longer "
+        "runs its incremental detokenizer and a decode per logprob for every sequence at every step. Another "
+        f"host ({run['start']['machine']['date']}, `raw/gpu-p1-tokens-only.json`, `--parts p1,p1http`): raw "
+        f"{raw:.1f} docs/s, raw asking logprobs {raw_lp:.1f}: **logprobs now cost vLLM "
+        f"{(1 - raw_lp / raw) * 100:.0f} %** ({before_cost * 100:.0f} % before). `POST /extract` at "
+        f"{http['clients']} clients: {http['docs_per_s']['http']:.1f} vs raw {http['docs_per_s']['raw']:.1f} "
+        f"docs/s = **{http['ratio']:.2f}**. `extractor batch` grounded: {ours:.1f} docs/s = "
+        f"**{ours / raw:.2f}** of raw, {ours / raw_lp:.2f} of raw asking logprobs, and "
+        f"{_rate(p1['extractor_ungrounded']) / _rate(p1['raw_ungrounded']):.2f} with grounding off: this host's "
+        "CPU was slower (the pipeline's render stage took "
+        f"{sum(stages.values()):.2f} s over the 1,400 documents against {sum(stages_before.values()):.2f} s "
+        "on the host of the table above, the other stages likewise slower), and the batch's side is the CPU's. "
+        "py-spy of vLLM's processes during one raw grounded pass (`raw/gpu-pyspy-raw.txt`, "
+        "`raw/gpu-pyspy-raw-logprobs.txt`) says what is left on raw's side too: the engine core's grammar "
+        f"compiles, {compile_s:.1f} s of CPU over its pool of 8 threads for 700 substring grammars (about "
+        f"{compile_s / 0.7:.0f} ms each on this host), each request waiting for its own before its first step; "
+        "the masks (the llguidance pool) and the matchers' advance come next, far behind.",
+    ]
+
+
 def front_end() -> list[str]:
     """Where vLLM's front end runs: a process of its own vs the service's (same host, back to back)."""
     pairs = {
@@ -156,6 +200,7 @@ def markdown() -> str:
         "the exact one on its first 16 uses and steps aside for good on any difference.",
     ]
     b_raw = _rate(before["raw"])
+    lines += ["", *tokens_only()]
     lines += ["", *front_end()]
     lines += [
         "",

@@ -354,3 +354,35 @@ def test_token_places_from_bytes_agree_with_decoding_and_drop_back_on_any_differ
     text = tokenizer.decode(samples[0])
     assert places(samples[0], text) == token_ends(tokenizer, samples[0], text)
     assert places._bytes is None and places(samples[0], text) == token_ends(tokenizer, samples[0], text)
+
+
+def test_an_answer_text_from_its_tokens_bytes_is_the_decoded_text_and_drops_back_on_any_difference() -> None:
+    tokenizer = load_tokenizer(resolve_model_dir(Settings.from_env({})))
+    places = TokenPlaces(tokenizer)
+    assert places.reads_bytes
+    rng = random.Random(11)
+    texts = ['{"period": "摩尔人统治时期", "x": "café 😀"}', "  don't . , ! ?  "]
+    samples = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    # special tokens (skipped, as vLLM skips them), bytes that never complete a character
+    samples += [[rng.randrange(len(tokenizer)) for _ in range(rng.randrange(1, 30))] for _ in range(300)]
+    for ids in samples:
+        places.text_checks_left = 0  # the bytes alone, unchecked
+        assert places.text(ids) == tokenizer.decode(ids, skip_special_tokens=True)
+    assert places.text(samples[0]) == texts[0] and places.reads_bytes
+
+    places._pieces[samples[0][0]] = b"!!!!!"  # a token's bytes gone wrong: the check finds it, decoding takes over
+    places.text_checks_left = 1
+    assert places.text(samples[0]) == texts[0]
+    assert not places.reads_bytes and places.text(samples[0]) == texts[0]
+
+
+def test_sampled_logprobs_are_read_from_vllms_flat_and_nested_logprobs() -> None:
+    from vllm.logprobs import FlatLogprobs, Logprob
+
+    from extractor.engines.vllm import sampled_logprobs
+
+    nested = [{7: Logprob(-0.5, 1)}, {3: Logprob(-1.25, 2), 9: Logprob(-0.1, 1)}]
+    flat = FlatLogprobs()
+    flat.extend(nested)
+    assert sampled_logprobs(nested, [7, 3]) == sampled_logprobs(flat, [7, 3]) == (-0.5, -1.25)
+    assert sampled_logprobs(None, [7]) == () and sampled_logprobs(nested, [7]) == ()

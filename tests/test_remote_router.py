@@ -73,7 +73,11 @@ async def test_every_request_answered_when_a_server_behind_the_router_dies(tmp_p
     def slow(path: str, body: object) -> Reply:
         return Reply(body=completion(answer), delay_s=0.2)
 
-    first, second = await Stub(slow).start(), await Stub(slow).start()
+    def quick_then_stuck(path: str, body: object) -> Reply:
+        # its first answers come at once, the rest are still held when it dies (not all answered together)
+        return Reply(body=completion(answer), delay_s=0.0 if len(first.requests) <= 5 else 30.0)
+
+    first, second = await Stub(quick_then_stuck).start(), await Stub(slow).start()
     router = start_router([first.url, second.url], tmp_path / "router.log")
     url = await asyncio.to_thread(next, router)
     try:
@@ -81,8 +85,12 @@ async def test_every_request_answered_when_a_server_behind_the_router_dies(tmp_p
         async with Extractor(settings=settings) as extractor:
             await extractor.astart()
             calls = [asyncio.create_task(extractor.aextract("landmark_slots", LANDMARK_TEXT)) for _ in range(120)]
-            while len(first.answered) + len(second.answered) < 20:
-                await asyncio.sleep(0.01)
+
+            async def holding() -> None:  # it answered some and holds others
+                while not first.answered or len(first.completions) <= len(first.answered):
+                    await asyncio.sleep(0.01)
+
+            await asyncio.wait_for(holding(), 60)
             first.kill()  # drops its connections: the requests it held are in flight
             results = await asyncio.gather(*calls, return_exceptions=True)
         errors = [r for r in results if not isinstance(r, ExtractionResult)]

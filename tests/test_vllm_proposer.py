@@ -8,18 +8,14 @@ proposer and compares its greedy answers with the session engine's, which has no
 
 from __future__ import annotations
 
-import asyncio
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 
-from extractor import Catalog, Extractor, Settings
-from extractor.catalog.prompting import render
-from extractor.constraints import grounded_decoding
+from extractor import Catalog, Settings
 from extractor.engines import vllm_proposer
-from extractor.engines.base import GenerationRequest
 from extractor.engines.vllm import VLLMEngine, speculation
 from extractor.errors import ConfigError
 
@@ -139,38 +135,3 @@ def test_the_hook_gives_constrained_requests_the_longer_drafts_and_free_text_non
         request.spec_token_ids = []
     hooked(_scheduler(requests, "ngram"), drafts)  # another proposer: vLLM's drafts stand
     assert [r.spec_token_ids for r in requests.values()] == [[], longer, [7, 8]]
-
-
-@pytest.mark.engine
-def test_greedy_answers_are_the_same_with_the_drafts(real_extractor: Extractor) -> None:
-    """vLLM with the proposer (prompt lookup and forced tokens, checked by the model) against the session's engine."""
-    drafted = Extractor(
-        settings=Settings.from_env(
-            {"EXTRACTOR_SPECULATIVE_TOKENS": "4", "EXTRACTOR_SPECULATIVE_METHOD": "grammar"},
-            engine="vllm",
-            max_num_seqs=8,
-            kv_cache_space_gib=1,
-        )
-    )
-    texts = ["what will the weather be in new york tomorrow morning", "play the beatles on spotify"]
-    requests = []
-    for name, text in zip(("snips_get_weather", "snips_play_music"), texts, strict=True):
-        task = real_extractor.task(name)
-        grounded = grounded_decoding.constrain(task.schema, text, everywhere=True)
-        assert grounded is not None and grounded.grammar is not None
-        messages = render(task, text)
-        requests += [
-            GenerationRequest(messages=messages, json_schema=task.engine_schema, temperature=0.0, max_tokens=64),
-            GenerationRequest(messages=messages, grammar=grounded.grammar, temperature=0.0, max_tokens=64),
-        ]
-
-    async def answers(extractor: Extractor) -> list[str]:
-        generations = await asyncio.gather(*(extractor.engine.generate(r) for r in requests))
-        return [g.text for g in generations]
-
-    expected = asyncio.run(answers(real_extractor))
-    drafted.start()
-    try:
-        assert asyncio.run(answers(drafted)) == expected
-    finally:
-        drafted.close()

@@ -52,6 +52,12 @@ class LocalModel:
             self._places = TokenPlaces(self.tokenizer)
         return self._places(token_ids, text)
 
+    def answer_text(self, token_ids: Sequence[int]) -> str:
+        """An answer's text from its token ids, as vLLM's detokenizer writes it: :meth:`TokenPlaces.text`."""
+        if self._places is None:
+            self._places = TokenPlaces(self.tokenizer)
+        return self._places.text(token_ids)
+
     def forget_prompts(self) -> None:
         """Drop the remembered prompt ids (the pieces' stay): the benchmarks' passes tokenize their prompts afresh."""
         if self._chat_ids is not None:

@@ -173,6 +173,7 @@ class TokenPlaces:
         self._bytes = _byte_level(tokenizer)
         self._pieces: dict[int, bytes] = {}
         self.checks_left = self.CHECKS
+        self.text_checks_left = self.CHECKS
 
     def __call__(self, token_ids: Sequence[int], text: str) -> tuple[int, ...]:
         if self._bytes is None:
@@ -185,6 +186,29 @@ class TokenPlaces:
                 self._bytes = None
                 return reference
         return ends
+
+    @property
+    def reads_bytes(self) -> bool:
+        """Whether an answer's text comes from its tokens' bytes (:meth:`text` without a decode)."""
+        return self._bytes is not None
+
+    def text(self, token_ids: Sequence[int]) -> str:
+        """The answer's text as vLLM writes it (special tokens skipped): its tokens' bytes, decoded once.
+
+        For an engine that asks vLLM for the tokens only, not the text (vLLM then skips its
+        incremental detokenizer and the logprobs' per-token decode). Checked against a decode on
+        the first uses, as the places are.
+        """
+        if self._bytes is None:
+            return str(self.tokenizer.decode(list(token_ids), skip_special_tokens=True))
+        text = b"".join(self._piece(i) for i in token_ids).decode("utf-8", errors="replace")
+        if self.text_checks_left > 0:
+            self.text_checks_left -= 1
+            reference = str(self.tokenizer.decode(list(token_ids), skip_special_tokens=True))
+            if text != reference:
+                self._bytes = None
+                return reference
+        return text
 
     def _piece(self, token_id: int) -> bytes:
         piece = self._pieces.get(token_id)

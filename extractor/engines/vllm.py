@@ -72,6 +72,18 @@ def speculation(tokens: int, method: str = "ngram") -> dict[str, Any] | None:
     return {"method": "ngram", "num_speculative_tokens": tokens, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
 
 
+def sampled_logprobs(steps: Any, ids: Sequence[int]) -> tuple[float, ...]:
+    """Each sampled token's log-probability from vLLM's logprobs (a dict per token, or flat); () if absent."""
+    if steps is None or len(steps) != len(ids):
+        return ()
+    starts = getattr(steps, "start_indices", None)
+    if starts is not None:  # FlatLogprobs: one list; the sampled token comes first at each position
+        flat_ids, values = steps.token_ids, steps.logprobs
+        if all(flat_ids[start] == token for start, token in zip(starts, ids, strict=True)):
+            return tuple(float(values[start]) for start in starts)
+    return tuple(float(step[token].logprob) for step, token in zip(steps, ids, strict=True))
+
+
 def _lora_rank(rank: int) -> Any:
     """VLLM takes only some ranks (1, 8, 16, 32, 64, ...): the smallest of them that holds ``rank``."""
     return next((r for r in (1, 8, 16, 32, 64, 128, 256, 320, 512) if r >= rank), 512)
@@ -198,7 +210,7 @@ class VLLMEngine(LocalModel):
 
         return TokensPrompt(prompt_token_ids=list(ids))
 
-    def _sampling(self, request: GenerationRequest) -> Any:
+    def _sampling(self, request: GenerationRequest, *, stream: bool = False) -> Any:
         from vllm import SamplingParams
         from vllm.sampling_params import StructuredOutputsParams
 
@@ -216,9 +228,24 @@ class VLLMEngine(LocalModel):
             seed=request.seed,
             # 0: the sampled token's own log-probability only (computed after the grammar's mask)
             logprobs=0 if request.logprobs else None,
+            **({} if stream else self._tokens_only(request, SamplingParams)),
         )
         # every constraint was checked before it got here (catalog, ad-hoc task, grounded builder)
         return vllm_checks.mark(params) if structured is not None else params
+
+    def _tokens_only(self, request: GenerationRequest, sampling: Any) -> dict[str, Any]:
+        """Where the answer's tokens come back anyway (logprobs asked), its text comes from them here.
+
+        vLLM then skips its incremental detokenizer and the per-token decode of each logprob, work
+        its front end does for every sequence at every step; one decode of the finished answer's
+        bytes here replaces it.
+        Not with stop strings (vLLM looks for them in its text) nor where the tokenizer's bytes
+        are not trusted; the logprobs come flat (one list, not a dict per token) where vLLM can.
+        """
+        if not request.logprobs or request.stop or self._places is None or not self._places.reads_bytes:
+            return {}
+        flat = "flat_logprobs" in getattr(sampling, "__struct_fields__", ())  # vLLM 0.11.1 on
+        return {"detokenize": False, **({"flat_logprobs": True} if flat else {})}
 
     def _lora(self, request: GenerationRequest) -> Any:
         """The request's ``LoRARequest`` (None: the base model); the adapter is checked on first use."""
@@ -268,20 +295,19 @@ class VLLMEngine(LocalModel):
         if final is None or not final.outputs:
             raise EngineError("vLLM returned no output")
         completion = final.outputs[0]
-        if not completion.text and params.structured_outputs is not None:
+        ids = list(completion.token_ids)
+        text = completion.text if params.detokenize else self.answer_text(ids)
+        if not text and params.structured_outputs is not None:
             # an empty answer under a constraint: the engine core's matcher may have refused the grammar
             refused = vllm_checks.rejection(params)
             if refused is not None:
                 raise EngineError(f"vLLM refused the request's constraint: {refused}")
-        ids = list(completion.token_ids)
         ends: tuple[int, ...] = ()
-        logprobs: tuple[float, ...] = ()
-        if completion.logprobs is not None and len(completion.logprobs) == len(ids):
-            logprobs = tuple(float(step[token].logprob) for step, token in zip(completion.logprobs, ids, strict=True))
-            if self.places_tokens:
-                ends = self.token_ends(ids, completion.text)
+        logprobs = sampled_logprobs(completion.logprobs, ids)
+        if logprobs and self.places_tokens:
+            ends = self.token_ends(ids, text)
         return Generation(
-            text=completion.text,
+            text=text,
             prompt_tokens=len(final.prompt_token_ids or ()),
             completion_tokens=len(ids),
             finish_reason=str(completion.finish_reason or "stop"),
@@ -299,7 +325,7 @@ class VLLMEngine(LocalModel):
     async def texts_here(self, ids: Sequence[int], request: GenerationRequest) -> AsyncIterator[str]:
         """The cumulative text from the prompt's token ids as it grows; on the engine's own loop."""
         self._running()
-        prompt, params, lora = self._prompt(ids), self._sampling(request), self._lora(request)
+        prompt, params, lora = self._prompt(ids), self._sampling(request, stream=True), self._lora(request)
         try:
             async for output in self._llm.generate(prompt, params, request_id=f"ex-{next(_ids)}", lora_request=lora):
                 yield output.outputs[0].text

@@ -8,7 +8,7 @@ the tokens after the answer's last token are often the ones after that token in 
 prompt lookup, ``NgramProposer``). Here both become speculative drafts: the model checks them all
 in one forward step, under the grammar's masks, and keeps those it agrees with, so a run of decided
 tokens costs one decoding step instead of one each. The answer is always the model's own, exactly
-as without drafts (greedy answers are equal, ``tests/test_vllm_proposer.py``).
+as without drafts (greedy answers are equal, ``tests/test_engine_process.py``).
 
 Two parts, no patch to vLLM's source tree:
 
