@@ -46,17 +46,20 @@ class LocalModel:
     def count_prompt_tokens(self, messages: Sequence[Message]) -> int:
         return len(self.prompt_ids(messages))
 
-    def token_ends(self, token_ids: Sequence[int], text: str) -> tuple[int, ...]:
-        """Where each generated token ends in ``text`` (code points): :class:`TokenPlaces`."""
+    @property
+    def places(self) -> TokenPlaces:
+        """The answers' token places and texts for this tokenizer (made at start, or on first use)."""
         if self._places is None:
             self._places = TokenPlaces(self.tokenizer)
-        return self._places(token_ids, text)
+        return self._places
+
+    def token_ends(self, token_ids: Sequence[int], text: str) -> tuple[int, ...]:
+        """Where each generated token ends in ``text`` (code points): :class:`TokenPlaces`."""
+        return self.places(token_ids, text)
 
     def answer_text(self, token_ids: Sequence[int]) -> str:
         """An answer's text from its token ids, as vLLM's detokenizer writes it: :meth:`TokenPlaces.text`."""
-        if self._places is None:
-            self._places = TokenPlaces(self.tokenizer)
-        return self._places.text(token_ids)
+        return self.places.text(token_ids)
 
     def forget_prompts(self) -> None:
         """Drop the remembered prompt ids (the pieces' stay): the benchmarks' passes tokenize their prompts afresh."""

@@ -238,9 +238,9 @@ class VLLMEngine(LocalModel):
 
         vLLM then skips its incremental detokenizer and the per-token decode of each logprob, work
         its front end does for every sequence at every step; one decode of the finished answer's
-        bytes here replaces it.
-        Not with stop strings (vLLM looks for them in its text) nor where the tokenizer's bytes
-        are not trusted; the logprobs come flat (one list, not a dict per token) where vLLM can.
+        bytes here replaces it. Not with stop strings (vLLM looks for them in its text) nor where
+        the tokenizer's bytes are not trusted; the logprobs come flat (one list, not a dict per
+        token) where vLLM can.
         """
         if not request.logprobs or request.stop or self._places is None or not self._places.reads_bytes:
             return {}
