@@ -7,6 +7,7 @@ the copies of each intent's task in turn. Per serving, one engine (or set of eng
 engine start seconds, docs/s over all of SNIPS dev at ``--concurrency``, F1, GPU memory in use.
 
     python3 -m bench.many_adapters --adapters 8 --serving merged,lora --out $OUT/many-adapters.json
+    python -m bench.many_adapters --render   # raw/many-adapters-*.json -> bench/results/many_adapters.md
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import argparse
 import asyncio
 import json
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import replace
@@ -33,7 +35,7 @@ ADAPTER = ROOT / "adapters" / "snips"
 
 
 def catalog(folder: Path, adapters: int) -> dict[str, list[str]]:
-    """``adapters`` task copies in ``folder``, each with its own adapter copy; base task -> its copies."""
+    """``adapters`` task copies in ``folder``, each with its own adapter copy; base task -> its copies (maybe none)."""
     bases = catalog_copy(folder)
     shipped = Catalog.load(ROOT)
     copies: dict[str, list[str]] = {b: [] for b in bases}
@@ -54,7 +56,7 @@ def catalog(folder: Path, adapters: int) -> dict[str, list[str]]:
     for base in bases:  # only the copies are served
         for sub, suffix in (("schemas", ".json"), ("prompts", ".j2"), ("examples", ".jsonl")):
             (folder / sub / f"{base}{suffix}").unlink()
-    return {b: c for b, c in copies.items() if c}
+    return copies  # every base task, with no copy where adapters < tasks (its gold items are left out)
 
 
 def spread(items: list[GoldItem], copies: dict[str, list[str]]) -> list[GoldItem]:
@@ -97,7 +99,55 @@ async def serve(
     return row
 
 
+RESULTS = ROOT / "bench" / "results"
+NOTES = """\
+8 adapters merged did not start within the call's 9 minutes: the base engine 130 s (a cold compile
+cache), then each merged engine 75-80 s (the merge, the engine's process, a compile of its own:
+vLLM's compile cache is keyed by the model's path), so 9 engines need about 13 minutes
+(`raw/many-adapters-merged8-starts.txt`: the engines' own start lines). The 4-adapter merged
+row ran with the compile cache those starts left (60-65 s per engine); LoRA with 8 adapters on a
+fresh host (every cache cold), with 4 after the merged runs (inductor's cache warm, not vLLM's).
+
+Merged engines answer 5.1x faster than one LoRA engine on this 135M model: vLLM's LoRA kernels
+weigh on a model this small (38 % of the base layout's docs/s with one adapter, `train.md`), and,
+likely, five engine cores use five of the host's 16 CPU cores for scheduling and token masks where
+one LoRA engine has one. LoRA's price is throughput; merged's is a start of 60-80 s and a copy of the
+weights per adapter (on a 7B model, 15 GiB each: 8 copies do not fit beside their KV caches on
+one H200). `EXTRACTOR_ADAPTER_SERVING=auto` (`extractor/engines/adapter_serving.py`): merged on
+CPU; on a GPU merged up to 4 adapters whose engines' memory shares hold twice the weights, LoRA beyond.
+"""
+
+
+def render() -> None:
+    """bench/results/many_adapters.md from the raw rows (``raw/many-adapters-*.json``)."""
+    lines = [
+        "# Many task adapters on one GPU: merged engines vs one engine with multi-LoRA",
+        "",
+        "Copies of the shipped SNIPS tasks, each with its own copy of `adapters/snips` (`bench/many_adapters.py`);",
+        "SNIPS dev spread over the copies (4 adapters: the 400 lines of the first 4 intents), 256 clients,",
+        "one warm-up item per task first. Commands: `bench/gpu/README.md`.",
+        "",
+        "| serving | adapters | engines | engine start s | docs | docs/s | F1 | schema-valid | GPU MiB | machine |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for path in sorted((RESULTS / "raw").glob("many-adapters-*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        m = data["machine"]
+        for r in data["rows"]:
+            engines = r["adapters"] + 1 if r["serving"] == "merged" else 1
+            lines.append(
+                f"| {r['serving']} | {r['adapters']} | {engines} | {r['engine_start_s']:.0f} | {r['docs']} | "
+                f"{r['docs_per_s']:.1f} | {r['f1']:.3f} | {r['schema_valid_rate']:.0%} | "
+                f"{r['gpu_memory']['used_mib']:,} | {m.get('gpu', m['cpu'])}, vLLM {m['vllm']}, {m['date']} |"
+            )
+    lines += ["", NOTES]
+    (RESULTS / "many_adapters.md").write_text("\n".join(lines), encoding="utf-8")
+
+
 def main() -> None:
+    if "--render" in sys.argv[1:]:
+        render()
+        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--adapters", type=int, default=8)
     parser.add_argument("--serving", default="merged,lora", help="comma-separated, run in this order")

@@ -57,6 +57,8 @@ class Extractor:
         self._tasks = None if tasks is None else frozenset(tasks)
         # Swapped whole by a reload (extractor.catalog.reload); a request reads it once, at its start.
         self.catalog = catalog or load_catalog(self.settings.tasks_dir, backend=self.settings.grammar_backend)
+        if self.settings.adapter_serving == "auto" and self.settings.engine == "vllm":
+            self.settings = self.settings.with_(adapter_serving=self._auto_serving())
         if self.settings.max_lora_rank == 0:
             self.settings = _lora_settings(self.settings, self.catalog)
         self._engine = engine
@@ -70,6 +72,32 @@ class Extractor:
             if self._engine is None:
                 self._engine = create_engine(self.settings, adapters=self._merged_adapters())
             return self._engine
+
+    def _auto_serving(self) -> str:
+        """``auto`` made concrete for the tasks' adapters on this device (:mod:`extractor.engines.adapter_serving`)."""
+        from extractor.engines import adapter_serving
+        from extractor.engines.memory import folder_bytes
+        from extractor.engines.vllm import has_cuda
+        from extractor.models import resolve_model_dir
+
+        names = [n for n in self.catalog.names() if self._tasks is None or n in self._tasks]
+        adapters = _unmerged_adapters(self.settings, self.catalog, names)
+        if not adapters:
+            return "merged"  # nothing to serve either way
+        cuda = has_cuda()
+        try:
+            weights = folder_bytes(resolve_model_dir(self.settings)) if cuda else 0
+        except ExtractorError:  # no model yet: the engine says so when it starts
+            weights = 0
+        mode, why = adapter_serving.choose(
+            adapters=len(adapters),
+            cuda=cuda,
+            weights_bytes=weights,
+            gpu_bytes=adapter_serving.gpu_total_bytes() if cuda else None,
+            memory_utilization=self.settings.gpu_memory_utilization,
+        )
+        adapter_serving.log.info("EXTRACTOR_ADAPTER_SERVING=auto: %s (%s)", mode, why)
+        return mode
 
     def _merged_adapters(self) -> list[Path]:
         """The catalog's adapters, when the in-process engine serves each one merged (the default)."""

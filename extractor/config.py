@@ -72,7 +72,8 @@ class Settings:
     # How the in-process engine serves a task's adapter: "merged" (each adapter folded into its own
     # copy of the weights, one vLLM engine per adapter beside the base model's; LoRA stays off),
     # "lora" (one engine, vLLM's per-request LoRA), "off" (tasks served by the base model with their
-    # worked examples, adapters ignored). "auto": merged. The remote engine always names the adapter.
+    # worked examples, adapters ignored). "auto": merged on CPU; on a GPU merged up to 4 adapters whose
+    # weights fit, LoRA beyond (extractor.engines.adapter_serving). The remote engine always names the adapter.
     adapter_serving: str = "auto"
     # Where the in-process engine's vLLM front end runs: "own" (a child process, beside the engine core;
     # this interpreter keeps the pipeline), "shared" (this process, on a thread of its own). "auto": own

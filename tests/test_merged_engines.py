@@ -64,3 +64,33 @@ def test_a_command_for_one_task_starts_only_the_engines_that_task_needs() -> Non
     assert Extractor(settings=settings, tasks=["snips_get_weather"])._merged_adapters() == [SHIPPED]
     assert Extractor(settings=settings, tasks=["landmark_slots"])._merged_adapters() == []  # the base model only
     assert Extractor(settings=settings.with_(adapter_serving="lora"))._merged_adapters() == []
+
+
+def test_auto_serving_merges_on_cpu_and_few_adapters_on_a_gpu_lora_beyond() -> None:
+    from extractor.engines.adapter_serving import MERGED_MAX_ON_GPU, choose
+
+    gib = 2**30
+    small = {"weights_bytes": gib // 4, "gpu_bytes": 140 * gib, "memory_utilization": 0.5}
+    assert choose(adapters=20, cuda=False, **small)[0] == "merged"  # CPU: LoRA decodes 3-5x slower
+    assert choose(adapters=MERGED_MAX_ON_GPU, cuda=True, **small)[0] == "merged"
+    mode, why = choose(adapters=MERGED_MAX_ON_GPU + 1, cuda=True, **small)
+    assert mode == "lora" and "start too slowly" in why
+    big = {**small, "weights_bytes": 15 * gib}  # a 7B model: 5 shares of 14 GiB cannot hold 2 copies each
+    mode, why = choose(adapters=4, cuda=True, **big)
+    assert mode == "lora" and "cannot hold" in why
+    assert choose(adapters=1, cuda=True, **big)[0] == "merged"  # 2 shares of 35 GiB
+    assert choose(adapters=4, cuda=True, **{**big, "gpu_bytes": None})[0] == "merged"  # unknown memory
+
+
+def test_auto_serving_is_made_concrete_when_the_extractor_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    from extractor import Extractor
+    from extractor.engines import adapter_serving, vllm
+
+    settings = Settings.from_env(engine="vllm")
+    assert Extractor(settings=settings).settings.adapter_serving == "merged"  # this machine: CPU
+    monkeypatch.setattr(vllm, "has_cuda", lambda: True)
+    monkeypatch.setattr(adapter_serving, "MERGED_MAX_ON_GPU", 0)
+    lora = Extractor(settings=settings)
+    assert lora.settings.adapter_serving == "lora" and lora.settings.max_lora_rank == 8
+    assert lora._merged_adapters() == []
+    assert Extractor(settings=settings.with_(adapter_serving="merged")).settings.adapter_serving == "merged"
