@@ -198,7 +198,7 @@ async def engine_phase(out: Path, per_task: int, seed_per_task: int, parts: Sequ
     if os.environ.get("BENCH_SWITCH_INTERVAL"):  # the interpreter's GIL hand-over interval (5 ms unless set)
         sys.setswitchinterval(float(os.environ["BENCH_SWITCH_INTERVAL"]))
     settings = common.settings()
-    common.CONCURRENCY = settings.max_num_seqs
+    common.CONCURRENCY = common.concurrency(settings)
     started = time.perf_counter()
     extractor = Extractor(settings=settings)
     items = common.gold_items(extractor.catalog.names())  # before the engine starts: a missing file fails fast
@@ -212,6 +212,7 @@ async def engine_phase(out: Path, per_task: int, seed_per_task: int, parts: Sequ
         "mask_threads": vllm_masks.threads(),
         "engine": type(extractor.engine).__name__,  # ProcessEngine: vLLM's front end in a process of its own
         "vllm_grammar_check": common.grammar_check(),
+        "grammar_form": common.grammar_form(),
         "switch_interval_s": sys.getswitchinterval(),
         "temperature": settings.temperature,
         "concurrency": common.CONCURRENCY,

@@ -44,7 +44,7 @@ def _who(threads: int, check: str | None) -> str:
 
 async def measure(per_task: int) -> dict[str, Any]:
     settings = common.settings()
-    common.CONCURRENCY = settings.max_num_seqs
+    common.CONCURRENCY = common.concurrency(settings)
     extractor = Extractor(settings=settings)
     items = common.gold_items(extractor.catalog.names())
     started = time.perf_counter()
@@ -52,6 +52,7 @@ async def measure(per_task: int) -> dict[str, Any]:
     report: dict[str, Any] = {
         "mask_threads": vllm_masks.threads(),
         "vllm_grammar_check": common.grammar_check(),
+        "grammar_form": common.grammar_form(),
         "engine_start_s": time.perf_counter() - started,
         "machine": common.machine(),
         "model": str(settings.model),

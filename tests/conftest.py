@@ -21,6 +21,10 @@ LANDMARK_TEXT = "阿尔罕布拉宫是西班牙摩尔人统治时期的宫殿建
 # On a GPU each engine takes this share of its memory up front: the session engine, the engines of
 # CLI subprocesses (some killed on purpose) and `vllm serve` must fit beside one another (CPU: ignored).
 os.environ.setdefault("EXTRACTOR_GPU_MEMORY_UTILIZATION", "0.12")
+# Every engine of the suite (the session's, CLI subprocesses', Ray actors') starts eager: vLLM 0.32
+# compiles the model again at each start on the CPU (about 3 minutes on 2 cores; eager: 44 s).
+# The tests assert behaviour, not speed; the benchmarks run as shipped.
+os.environ.setdefault("EXTRACTOR_ENFORCE_EAGER", "1")
 
 
 @pytest.fixture(scope="session")

@@ -121,7 +121,11 @@ def test_vllm_in_its_own_process_with_drafts_answers_as_in_this_one(real_extract
     engine for both: each start costs minutes on CI's 2 cores.
     """
     settings = Settings.from_env(
-        {"EXTRACTOR_SPECULATIVE_TOKENS": "4", "EXTRACTOR_SPECULATIVE_METHOD": "grammar"},
+        {
+            "EXTRACTOR_SPECULATIVE_TOKENS": "4",
+            "EXTRACTOR_SPECULATIVE_METHOD": "grammar",
+            "EXTRACTOR_ENFORCE_EAGER": "1",
+        },
         engine="vllm",
         engine_process="own",
         adapter_serving="off",

@@ -55,6 +55,7 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "4096",
         "--max-num-seqs",
         "16",
+        "--enforce-eager",  # as the suite's other engines (conftest.py)
         "--gpu-memory-utilization",
         os.environ.get("EXTRACTOR_GPU_MEMORY_UTILIZATION", "0.12"),
         "--structured-outputs-config",

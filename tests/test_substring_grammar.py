@@ -186,3 +186,23 @@ def test_the_default_tokenizer_maps_bytes_right(tokenizer: Any) -> None:
     # the H200 finding: a byte-fallback conversion made every CJK byte token a dead end
     spec = json.loads((Path(tokenizer[0].name_or_path) / "tokenizer.json").read_text(encoding="utf-8"))
     assert spec["decoder"]["type"] == "ByteLevel" and not spec["model"].get("byte_fallback")
+
+
+def test_a_length_bound_is_compiled_only_where_a_clause_could_break_it(tokenizer: Any) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string", "maxLength": 12}, "place": {"type": "string"}},
+    }
+    targets = extractive_nodes(schema, everywhere=True)
+    short = translate(schema, "Ann met Bob.", targets).lark
+    long = translate(schema, "Ann Lee met Bob Stone in Oslo.", targets).lark
+    assert "{1,12}" not in short and "{1,12}" in long  # "Ann met Bob." holds no substring over 12 characters
+    assert "{1,}" not in short + long  # no upper bound: the trim rule already asks for a character
+    assert ': "\\"" SUB' not in short  # the values are written in place, not as a rule per field
+    for text, lark in (("Ann met Bob.", short), ("Ann Lee met Bob Stone in Oslo.", long)):
+        rng = random.Random(3)
+        answers = [a for a in (walk(tokenizer, lark, rng) for _ in range(20)) if a is not None]
+        assert answers
+        for answer in answers:
+            data = json.loads(answer)
+            assert len(data.get("name", "")) <= 12 and all(v in text for v in data.values()), answer

@@ -147,6 +147,7 @@ class VLLMEngine(LocalModel):
             quantization=s.quantization,
             load_format=s.load_format,
             max_num_seqs=s.max_num_seqs,
+            enforce_eager=s.enforce_eager,
             block_size=s.block_size,
             # Compact JSON engine-wide: per-request disable_any_whitespace is silently ignored.
             structured_outputs_config=StructuredOutputsConfig(backend=s.grammar_backend, disable_any_whitespace=True),
