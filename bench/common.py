@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import platform
@@ -96,6 +97,23 @@ def grammar_form() -> str:
         return "full"
     substring.skeleton = _SKELETON  # type: ignore[assignment]
     return "lean"
+
+
+def logprobs_form(engine: Engine) -> str:
+    """The pipeline's requests as shipped (each token's logprob asked, for confidences), or without it.
+
+    ``BENCH_LOGPROBS=0`` drops the ask from every request the engine gets (confidences come back
+    empty): an A-B of what the logprobs cost against raw vLLM, which asks none.
+    """
+    if os.environ.get("BENCH_LOGPROBS", "") != "0":
+        return "asked"
+    original = engine.generate
+
+    async def generate(request: GenerationRequest) -> Generation:
+        return await original(dataclasses.replace(request, logprobs=False))
+
+    engine.generate = generate  # type: ignore[method-assign]
+    return "dropped"
 
 
 def concurrency(settings_: Settings) -> int:

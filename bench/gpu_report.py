@@ -117,6 +117,81 @@ def front_end() -> list[str]:
     return lines
 
 
+def _p5(run: dict[str, Any], layout: str, side: str) -> float:
+    return float(run[layout][side]["tok_s"] / run[layout]["free"]["tok_s"])
+
+
+def logprobs_cost() -> list[str]:
+    """What the confidences' logprobs cost P1 (one host, A-B), and the batch's concurrency above vLLM's."""
+    asked, dropped = _load("p1-logprobs-asked"), _load("p1-logprobs-dropped")
+    head, more = _load("p1-c256"), _load("p1-c384")
+    rows = []
+    for label, run in (
+        ("asked, as shipped (`raw/gpu-p1-logprobs-asked.json`)", asked),
+        ("dropped (`BENCH_LOGPROBS=0`: confidences empty; `raw/gpu-p1-logprobs-dropped.json`)", dropped),
+    ):
+        p1 = run["p1"]
+        ours, raw = _rate(p1["extractor"]), _rate(p1["raw"])
+        off, raw_off = _rate(p1["extractor_ungrounded"]), _rate(p1["raw_ungrounded"])
+        rows.append(
+            f"| {label} | {ours:.1f} | {raw:.1f} | **{ours / raw:.2f}** | {off:.1f} | {raw_off:.1f} "
+            f"| **{off / raw_off:.2f}** |"
+        )
+    wide = []
+    for run in (head, more):
+        p1 = run["p1"]
+        wide.append(
+            f"{run['start']['concurrency']} at once: {_rate(p1['extractor']):.1f} vs {_rate(p1['raw']):.1f} docs/s "
+            f"= {_rate(p1['extractor']) / _rate(p1['raw']):.2f}"
+        )
+    return [
+        f"**Where the rest of P1 goes: the confidences' logprobs** ({asked['start']['machine']['date']}, one host, "
+        "`--per-task 100 --parts p1`, one engine each, the lean grammar). The pipeline asks every request for "
+        "each sampled token's logprob (what the confidences and the review queue are made of); raw vLLM asks "
+        "none. With the ask dropped from the pipeline's requests and nothing else changed:",
+        "",
+        "| the pipeline's logprobs | batch grounded docs/s | raw docs/s | P1 | batch off docs/s | raw off docs/s "
+        "| P1 off |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+        *rows,
+        "",
+        "Without the logprobs `extractor batch` is faster than raw grounded and at 0.95 with grounding off: the "
+        "pipeline's own work is hidden behind the GPU's; **what is left of P1 is the price vLLM 0.26 charges "
+        "for logprobs** (raw asking them in the same run: "
+        f"{_rate(asked['p1']['raw_logprobs']):.1f} docs/s against {_rate(asked['p1']['raw']):.1f}). More "
+        "requests handed to vLLM than it runs at once (its queue then always holds a prepared request) changed "
+        f"nothing: {wide[0]}; {wide[1]} (`raw/gpu-p1-c256.json`, `raw/gpu-p1-c384.json`, "
+        "`BENCH_CONCURRENCY`, both sides alike, another host). Where throughput matters more than the review "
+        "queue's order, `EXTRACTOR_CONFIDENCES=false` asks vLLM for no logprobs (the same requests as the "
+        "dropped row; results then carry no confidence); the default keeps them.",
+    ]
+
+
+def grammar_form() -> list[str]:
+    """P5 with the substring grammar as shipped (lean) and as before, one host."""
+    lean, full = (json.loads((RAW / f"mask-fill-16-{n}.json").read_text(encoding="utf-8")) for n in ("lean", "full"))
+    rows = [
+        f"| {label} | {_p5(run, 'per_task', 'schema'):.2f} | {_p5(run, 'per_task', 'grounded'):.2f} "
+        f"| {_p5(run, 'mixed', 'schema'):.2f} | {_p5(run, 'mixed', 'grounded'):.2f} |"
+        for label, run in (
+            ("lean, as shipped (`raw/mask-fill-16-lean.json`)", lean),
+            ("full (`BENCH_LEAN_GRAMMAR=0`, `raw/mask-fill-16-full.json`)", full),
+        )
+    ]
+    return [
+        "The substring grammar written leaner (each grounded value in place of a rule per field; a length "
+        "bound only where a clause of the text could break it) compiles in 0.94 of the time in llguidance "
+        "(`grammar_cost.md`: most of a compile is llguidance's fixed cost of any Lark grammar). On the GPU it "
+        f"moved nothing ({lean['machine']['date']}, one host, `bench.mask_fill --per-task 50`, one engine each; "
+        "P5 per task and mixed, schema and grounded):",
+        "",
+        "| grammar | P5 schema, per task | P5 grounded, per task | P5 schema, mixed | P5 grounded, mixed |",
+        "|---|---:|---:|---:|---:|",
+        *rows,
+        "",
+    ]
+
+
 def markdown() -> str:
     engine, http, xgrammar, serve, quality = (_load(n) for n in ("engine", "http", "xgrammar", "serve", "eval"))
     m = engine["start"]["machine"]
@@ -201,6 +276,7 @@ def markdown() -> str:
     ]
     b_raw = _rate(before["raw"])
     lines += ["", *tokens_only()]
+    lines += ["", *logprobs_cost()]
     lines += ["", *front_end()]
     lines += [
         "",
@@ -351,6 +427,7 @@ def markdown() -> str:
             "async scheduling off, which cost more than the drafts saved (constrained output 0.75-0.94x "
             "of the same engine without drafts, free text 0.61-0.72x; `drafts.md`). Off by default.",
             "",
+            *grammar_form(),
         ]
     g = engine["grounded_by_length"]
     lines += [

@@ -93,6 +93,10 @@ class Settings:
     # grounded decoding: substring grammars up to this many words; each value within one clause
     grounded_max_words: int = 5000
     grounded_clauses: bool = True
+    # each value's confidence from its tokens' log-probabilities (the review queue's order and `below`);
+    # false: vLLM is asked for none and results carry no confidence. vLLM 0.26 charges for them: on an
+    # H200 `extractor batch` ran at 0.84 of raw vLLM with them, 1.09 without (bench/results/gpu.md)
+    confidences: bool = True
     temperature: float = 0.1
     max_tokens: int = 256
     max_attempts: int = MAX_ATTEMPTS_LIMIT

@@ -74,6 +74,8 @@ class Plan:
     grounded_clauses: bool = True
     # The substring grammar is llguidance's Lark: only the guidance backend reads it (xgrammar: the enum).
     substring_grammar: bool = True
+    # ask each token's logprob: what the values' confidences are made of
+    confidences: bool = True
     top_p: float | None = None
     seed: int | None = None
     stop: tuple[str, ...] = ()
@@ -109,6 +111,7 @@ def plan(task: Task, options: Options, settings: Settings) -> Plan:
         grounded_max_words=settings.grounded_max_words,
         grounded_clauses=settings.grounded_clauses,
         substring_grammar=settings.grammar_backend == "guidance",
+        confidences=settings.confidences,
         top_p=options.top_p,
         seed=options.seed,
         stop=options.stop,
@@ -250,7 +253,7 @@ async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk:
             top_p=p.top_p,
             seed=p.seed,
             stop=p.stop,
-            logprobs=True,
+            logprobs=p.confidences,
         )
         t0 = time.perf_counter()
         generation = await engine.generate(request)

@@ -122,6 +122,18 @@ def test_results_carry_a_confidence_per_value_and_the_lowest_for_the_whole(tmp_p
     assert wire["spans"][0]["confidence"] == 1.0 and wire["confidence"] == result.confidence
 
 
+def test_confidences_off_asks_the_engine_for_no_logprobs_and_results_carry_none(tmp_path: Path) -> None:
+    root = catalog_with(tmp_path / "catalog", "landmark_slots")
+    answer = '{"name": "阿尔罕布拉宫", "country": null, "city": "格拉纳达", "category": null, "period": null}'
+    engine = ScriptedEngine([answer], token_logprob=lambda text, start, end: -1.0)
+    settings = Settings.from_env({"EXTRACTOR_CONFIDENCES": "false"}, home=tmp_path, engine="scripted")
+    extractor = Extractor(settings=settings, engine=engine, catalog=Catalog.load(root))
+    result = extractor.extract("landmark_slots", "阿尔罕布拉宫位于格拉纳达。")
+    assert not engine.history[0].logprobs  # vLLM computes none: the price of P1 on the GPU
+    assert result.data["city"] == "格拉纳达" and result.confidences == {} and result.confidence is None
+    assert all(s.confidence is None for s in result.spans)
+
+
 def test_a_calibration_beside_the_task_maps_every_confidence(tmp_path: Path) -> None:
     root = catalog_with(tmp_path / "catalog", "landmark_slots")
     from extractor.catalog.reload import fingerprint
