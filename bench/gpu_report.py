@@ -162,8 +162,9 @@ def logprobs_cost() -> list[str]:
         "requests handed to vLLM than it runs at once (its queue then always holds a prepared request) changed "
         f"nothing: {wide[0]}; {wide[1]} (`raw/gpu-p1-c256.json`, `raw/gpu-p1-c384.json`, "
         "`BENCH_CONCURRENCY`, both sides alike, another host). Where throughput matters more than the review "
-        "queue's order, `EXTRACTOR_CONFIDENCES=false` asks vLLM for no logprobs (the same requests as the "
-        "dropped row; results then carry no confidence); the default keeps them.",
+        "queue's order, `EXTRACTOR_CONFIDENCES=false` (or `\"confidences\": false` in a task's `x-extractor`) "
+        "asks vLLM for no logprobs (the same requests as the dropped row; results then carry no confidence); "
+        "the default keeps them.",
     ]
 
 

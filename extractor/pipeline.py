@@ -111,7 +111,7 @@ def plan(task: Task, options: Options, settings: Settings) -> Plan:
         grounded_max_words=settings.grounded_max_words,
         grounded_clauses=settings.grounded_clauses,
         substring_grammar=settings.grammar_backend == "guidance",
-        confidences=settings.confidences,
+        confidences=task.settings.confidences if task.settings.confidences is not None else settings.confidences,
         top_p=options.top_p,
         seed=options.seed,
         stop=options.stop,
