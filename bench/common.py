@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from extractor import Settings, Task, pipeline
+from extractor import Extractor, Settings, Task, pipeline
 from extractor.catalog.prompting import render
 from extractor.constraints import grounded_decoding, substring
 from extractor.engines.base import Engine, Generation, GenerationRequest
@@ -190,6 +190,18 @@ async def generate_all(
     started = time.perf_counter()
     results = list(await asyncio.gather(*(one(r) for r in requests)))
     return results, time.perf_counter() - started
+
+
+async def started() -> tuple[Extractor, list[GoldItem], float]:
+    """An extractor on the environment's settings, started (``CONCURRENCY`` set): it, its SNIPS items, seconds."""
+    global CONCURRENCY
+    settings_ = settings()
+    CONCURRENCY = concurrency(settings_)
+    extractor = Extractor(settings=settings_)
+    items = gold_items(extractor.catalog.names())
+    begun = time.perf_counter()
+    await extractor.astart()
+    return extractor, items, time.perf_counter() - begun
 
 
 def machine() -> dict[str, Any]:

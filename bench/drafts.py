@@ -31,7 +31,8 @@ from bench import common
 from bench.common import RESULTS
 
 DRAFTS = 4
-REPLAY = RESULTS / "raw" / "drafts-replay.json"
+RAW = RESULTS / "raw"
+REPLAY = RAW / "drafts-replay.json"
 GPU_RUNS = {  # label -> (without drafts, with them): bench.mask_fill reports, EXTRACTOR_MASK_THREADS=16 in both
     "SmolLM2-135M, real weights": ("drafts-smollm2-off.json", "drafts-smollm2-grammar4.json"),
     "7B-class, dummy weights": ("drafts-7b-off.json", "drafts-7b-grammar4.json"),
@@ -222,8 +223,36 @@ def markdown(replayed: dict[str, Any]) -> str:
             "  n-gram proposer runs async; a forced-token proposer would need the grammar on the GPU worker's",
             "  side of the step).",
             "",
+            *gpu_lookup(),
         ]
     )
+
+
+def gpu_lookup() -> list[str]:
+    """vLLM's GPU prompt lookup (``ngram_gpu``), the proposer that keeps async scheduling: tried, ruled out."""
+    runs = {n: json.loads((RAW / f"mask-fill-ngram-gpu-{n}.json").read_text(encoding="utf-8")) for n in ("16", "0")}
+    plain = json.loads((RAW / "mask-fill-runner-v2.json").read_text(encoding="utf-8"))
+
+    def rate(run: dict[str, Any], side: str) -> str:
+        return f"{run['per_task'][side]['tok_s']:,.0f}"
+
+    pool, own = runs["16"], runs["0"]
+    return [
+        "## vLLM's GPU prompt lookup (`ngram_gpu`): ruled out on 0.26",
+        "",
+        f"{pool['machine']['date']}, one H200, vLLM 0.26.0, the 7B-class dummy, `bench.mask_fill --per-task 50`, "
+        "4 drafts a step (`raw/mask-fill-ngram-gpu-{16,0}.json`; the run's code: "
+        "`bench/gpu/ngram-gpu-experiment.patch`, not kept). The one lookup proposer that keeps async scheduling "
+        "runs on vLLM's V1 model runner only (0.26 says so and switches). Two vLLM faults met it: the "
+        "scheduler hands the proposer's -1 padding to llguidance's `validate_tokens`, which refuses the negative "
+        "id and kills the engine core (the patch checked the drafts before the padding only); past that, "
+        f"3,151-3,152 requests per run were ended by 'grammar rejected tokens' with vLLM's own mask fill as with "
+        f"the pool, so constrained answers averaged {pool['matched_tokens']} tokens instead of 26. Free text "
+        f"alone fell to {rate(pool, 'free')} and {rate(own, 'free')} tok/s one task at a time, against "
+        f"{rate(plain, 'free')} on the same host without drafts (`raw/mask-fill-runner-v2.json`). Not a lever "
+        "on vLLM 0.26.",
+        "",
+    ]
 
 
 def main() -> int:

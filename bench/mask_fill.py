@@ -6,7 +6,10 @@
 
 One engine per run (the plugin is loaded when the engine core starts), so each run's P5 compares
 its own constrained and free sides: output tokens/s of the task schema and of the substring grammar
-against free generation cut at the constrained answers' mean length, greedy, ``max_tokens`` 128.
+against free text of the same answers (``free_schema``, ``free_grounded``: each request's free twin
+cut at its own constrained answer's length, ``bench/answer_lengths.py``), and against free
+generation cut at the answers' mean length (``free``: the method until 2026-12-04), greedy,
+``max_tokens`` 128.
 Per task (one batch of ``--per-task`` requests at a time) and every task mixed, 256 at once; each
 side twice, in the order constrained, free, free, constrained (the first pass after the warm-up is
 the slowest). On the GPU host: ``EXTRACTOR_MODEL=/tmp/dummy7b EXTRACTOR_LOAD_FORMAT=dummy`` as for
@@ -18,19 +21,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
+import statistics
 import sys
-import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import common, compact
+from bench import answer_lengths, common, compact
 from bench.common import RESULTS
-from bench.gpu_bench import capped, free_at, mixed_pass
-from extractor import Extractor
+from bench.gpu_bench import capped, free_at, mixed_pass, profiled
 from extractor.engines import vllm_masks
 
 RUNS = tuple(RESULTS / "raw" / f"mask-fill-{n}.json" for n in ("0", "16", "16-skip"))
+# runs with free text of the same answers (``free_schema``, ``free_grounded``)
+SAME_RUNS = tuple(sorted((RESULTS / "raw").glob("mask-fill-same-*.json")))
 # P1 (`bench.gpu_bench engine --per-task 100 --parts p1`) with EXTRACTOR_MASK_THREADS 0 and 16, one host, one
 # call; then, on another host, 16 with vLLM's grammar check per request (BENCH_VLLM_RECHECK=1) and skipped
 P1_RUNS = tuple(RESULTS / "raw" / f"gpu-p1-{n}.json" for n in ("pool0", "pool16", "recheck", "skip"))
@@ -43,17 +49,13 @@ def _who(threads: int, check: str | None) -> str:
 
 
 async def measure(per_task: int) -> dict[str, Any]:
-    settings = common.settings()
-    common.CONCURRENCY = common.concurrency(settings)
-    extractor = Extractor(settings=settings)
-    items = common.gold_items(extractor.catalog.names())
-    started = time.perf_counter()
-    await extractor.astart()
+    extractor, items, start_s = await common.started()
+    settings = extractor.settings
     report: dict[str, Any] = {
         "mask_threads": vllm_masks.threads(),
         "vllm_grammar_check": common.grammar_check(),
         "grammar_form": common.grammar_form(),
-        "engine_start_s": time.perf_counter() - started,
+        "engine_start_s": start_s,
         "machine": common.machine(),
         "model": str(settings.model),
         "load_format": settings.load_format,
@@ -69,14 +71,23 @@ async def measure(per_task: int) -> dict[str, Any]:
         warm = common.jobs(items, tasks, 4)
         await compact.raw_passes(engine, extractor, warm, grounded=True)
         await compact.raw_passes(engine, extractor, warm)
-        first = await compact.raw_passes(engine, extractor, work, transform=capped)
-        matched = max(1, round(first["completion_tokens"] / first["docs"]))
-        free = free_at(matched)
+        # Each answer's length (untimed): the free twins of the same answers, and the old mean-cut free side
+        lengths = {
+            side: await answer_lengths.answer_lengths(extractor, work, grounded=side == "grounded")
+            for side in ("schema", "grounded")
+        }
+        matched = max(1, round(statistics.mean(lengths["schema"].values())))
         report["matched_tokens"] = matched
+        free_sides = {
+            "free": free_at(matched),
+            "free_schema": answer_lengths.free_as(lengths["schema"]),
+            "free_grounded": answer_lengths.free_as(lengths["grounded"]),
+        }
         for layout in ("per_task", "mixed"):
-            passes: dict[str, list[dict[str, Any]]] = {"free": [], "schema": [], "grounded": []}
-            for side in ("schema", "grounded", "free", "free", "grounded", "schema"):
-                transform, grounded = (free, False) if side == "free" else (capped, side == "grounded")
+            passes: dict[str, list[dict[str, Any]]] = {side: [] for side in (*free_sides, "schema", "grounded")}
+            for side in ORDER:
+                free = free_sides.get(side)
+                transform, grounded = (free, False) if free is not None else (capped, side == "grounded")
                 if layout == "per_task":
                     row = await compact.raw_passes(engine, extractor, work, grounded=grounded, transform=transform)
                 else:
@@ -89,6 +100,21 @@ async def measure(per_task: int) -> dict[str, Any]:
     return report
 
 
+# Each constrained side and its free twin around it (A-B-B-A), the old mean-cut free side in the middle
+ORDER = (
+    "schema",
+    "grounded",
+    "free_schema",
+    "free_grounded",
+    "free",
+    "free",
+    "free_grounded",
+    "free_schema",
+    "grounded",
+    "schema",
+)
+
+
 def _summed(rows: list[dict[str, Any]]) -> dict[str, Any]:
     docs, seconds = sum(r["docs"] for r in rows), sum(r["seconds"] for r in rows)
     tokens = sum(r["completion_tokens"] for r in rows)
@@ -97,7 +123,38 @@ def _summed(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _line(layout: dict[str, Any]) -> str:
     free = layout["free"]["tok_s"]
-    return ", ".join(f"{side} {row['tok_s']:,.0f} tok/s ({row['tok_s'] / free:.2f})" for side, row in layout.items())
+    line = ", ".join(f"{side} {row['tok_s']:,.0f} tok/s ({row['tok_s'] / free:.2f})" for side, row in layout.items())
+    same = ", ".join(
+        f"{side} {layout[side]['tok_s'] / layout['free_' + side]['tok_s']:.2f}"
+        for side in ("schema", "grounded")
+        if "free_" + side in layout
+    )
+    return line + (f"; P5 against free text of the same answers: {same}" if same else "")
+
+
+def same_answers(paths: Sequence[Path]) -> str:
+    """P5 against free text of the same answers (each free twin cut at its own answer's length), per run."""
+    lines = [
+        "| mask fill | layout | schema tok/s | its free twin | P5 schema | grounded tok/s | its free twin "
+        "| P5 grounded | P5s against free cut at the mean |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for path in paths:
+        run = json.loads(path.read_text(encoding="utf-8"))
+        for layout in ("per_task", "mixed"):
+            row = run[layout]
+            if "free_schema" not in row:
+                continue
+            rates = {k: row[k]["tok_s"] for k in row}
+            lines.append(
+                f"| {_who(run['mask_threads'], run.get('vllm_grammar_check'))} | {layout.replace('_', ' ')} "
+                f"| {rates['schema']:,.0f} | {rates['free_schema']:,.0f} "
+                f"| **{rates['schema'] / rates['free_schema']:.2f}** "
+                f"| {rates['grounded']:,.0f} | {rates['free_grounded']:,.0f} "
+                f"| **{rates['grounded'] / rates['free_grounded']:.2f}** "
+                f"| {rates['schema'] / rates['free']:.2f} / {rates['grounded'] / rates['free']:.2f} |"
+            )
+    return "\n".join(lines)
 
 
 def render(paths: list[Path]) -> str:
@@ -144,6 +201,68 @@ def p1_table(paths: Sequence[Path] = P1_RUNS) -> str:
             f"**{rate['extractor_ungrounded'] / rate['raw_ungrounded']:.2f}** |"
         )
     return "\n".join(lines)
+
+
+def same_answers_section(paths: Sequence[Path] = SAME_RUNS) -> list[str]:
+    """Why the free side changed (``bench/results/answer_lengths.md``), and the runs measured since."""
+    lines = [
+        "## Free text of the same answers (the method since 2026-12-04)",
+        "",
+        "The rows above compare constrained answers with free text cut at their *mean* length. One task at a",
+        "time a batch lasts as long as its longest answer, its free twin as long as the mean: SmolLM2's real",
+        "answers (`answer_lengths.md`) average 20-21 tokens where each task's longest averages 35-38, so where a",
+        "step costs about the same at any batch size that layout's P5 could not pass 0.55-0.58 whatever the",
+        "constraints cost (SmolLM2's schema row in `drafts.md`: 0.54). `python -m bench.mask_fill` now also",
+        "times each request's free twin cut at its own answer's length (`free_schema`, `free_grounded`: the",
+        "issue's 'free generation of the same answers'), A-B-B-A around each constrained side.",
+        "",
+    ]
+    if not paths:
+        return [*lines, "No GPU run with it yet (2026-12-04: that session's device time went to the runs below).", ""]
+    return [*lines, same_answers(paths), ""]
+
+
+def runners_and_profile() -> list[str]:
+    """2026-12-04: vLLM's V1 model runner against its V2 (0.26's default here), and where a P5 pass's time goes."""
+    runs = {
+        n: json.loads((RESULTS / "raw" / f"mask-fill-runner-{n}.json").read_text(encoding="utf-8"))
+        for n in ("v2", "v1")
+    }
+    rows = []
+    for name, run in runs.items():
+        for layout in ("per_task", "mixed"):
+            row = run[layout]
+            free = row["free"]["tok_s"]
+            rows.append(
+                f"| {name.upper()}{' (default)' if name == 'v2' else ' (`VLLM_USE_V2_MODEL_RUNNER=0`)'} "
+                f"| {layout.replace('_', ' ')} | {free:,.0f} | {row['schema']['tok_s']:,.0f} "
+                f"| **{row['schema']['tok_s'] / free:.2f}** | {row['grounded']['tok_s']:,.0f} "
+                f"| **{row['grounded']['tok_s'] / free:.2f}** |"
+            )
+    return [
+        "## vLLM's model runners, and where a pass goes (2026-12-04)",
+        "",
+        "One host, one engine each, the pool of 16, free text cut at the mean as above "
+        "(`raw/mask-fill-runner-{v2,v1}.json`):",
+        "",
+        "| model runner | layout | free tok/s | schema tok/s | P5 schema | grounded tok/s | P5 grounded |",
+        "|---|---|---:|---:|---:|---:|---:|",
+        *rows,
+        "",
+        "- The V1 runner is no faster constrained (schema 4,889 vs 5,319 tok/s one task at a time, grounded",
+        "  3,663 vs 3,631; mixed grounded 6,540 vs 7,621): V2 stays. The mixed free figure of the V2 run",
+        "  (8,855) is low against every earlier run (12,245-14,070), so its mixed ratios are not comparable.",
+        "- py-spy of the engine core over one pass each, one task's 100 requests at once, on another host",
+        "  (`raw/gpu-pyspy-p5-summary.txt`: grounded 6.2 s, schema 4.7 s, free 2.7 s): the main thread is",
+        "  busy throughout (503, 398 and 235 samples). Constraints show as the pool's fill (43 and 40 samples,",
+        "  the main thread waiting on it) and `accept_tokens` (22 and 37), and the grounded pass ran the",
+        "  model's compiled code outside CUDA graphs three to four times as often (77 samples under the",
+        "  piecewise backend against 23 and 18): requests start as their grammars compile (8 threads, about",
+        "  half a second of CPU each over the grounded pass), so more steps mix a prefill with decodes and exceed the",
+        "  captured sizes. What to measure next on the GPU: P5 against free text of the same answers (above),",
+        "  then larger CUDA-graph capture sizes and fewer pool threads for the grounded side.",
+        "",
+    ]
 
 
 def markdown(paths: list[Path]) -> str:
@@ -197,6 +316,8 @@ def markdown(paths: list[Path]) -> str:
             "  there. P5 went 0.71 -> **0.85** for the schema and 0.42 -> **0.61** for the substring grammar",
             "  one task at a time, 0.50 -> 0.69 and 0.37 -> 0.53 mixed. P5 >= 0.9 is still not reached.",
             "",
+            *same_answers_section(),
+            *runners_and_profile(),
             "## P1 with the pool",
             "",
             "The same host, one call, one engine per row (2026-12-03, `EXTRACTOR_MASK_THREADS=0|16 python3 -m",
@@ -227,16 +348,75 @@ def markdown(paths: list[Path]) -> str:
     )
 
 
+async def profile(per_task: int, folder: Path) -> None:
+    """One per-task pass per side (each task's lines twice at once) under py-spy, vLLM's engine core included.
+
+    Writes ``pyspy-p5-{grounded,free,schema}.txt`` (raw) and ``pyspy-p5-summary.txt`` (each pass's
+    tok/s, then the engine core's threads and its main thread's busiest frames) into ``folder``.
+    """
+    extractor, items, _ = await common.started()
+    tasks = sorted({i.task for i in items})
+    work = common.jobs(items, tasks, per_task)
+    lines: list[str] = []
+    try:
+        await compact.raw_passes(extractor.engine, extractor, common.jobs(items, tasks, 4), grounded=True)
+        matched = max(
+            1, round(statistics.mean((await answer_lengths.answer_lengths(extractor, work, grounded=False)).values()))
+        )
+        for side in ("grounded", "free", "schema"):
+            transform, grounded = (free_at(matched), False) if side == "free" else (capped, side == "grounded")
+            with profiled(folder / f"pyspy-p5-{side}.txt", subprocesses=True):
+                row = await compact.raw_passes(
+                    extractor.engine, extractor, [*work, *work], grounded=grounded, transform=transform
+                )
+            lines.append(f"{side}: {row['completion_tokens'] / row['seconds']:,.0f} tok/s, {row}")
+            print(f"bench: {lines[-1]}", flush=True)
+    finally:
+        await extractor.aclose()
+    raws = [folder / f"pyspy-p5-{side}.txt" for side in ("grounded", "schema", "free")]
+    summaries = [engine_core(raw) for raw in raws if raw.exists()]  # none where py-spy is missing
+    (folder / "pyspy-p5-summary.txt").write_text("\n".join([*lines, *summaries]) + "\n", encoding="utf-8")
+
+
+def engine_core(raw: Path, top: int = 60) -> str:
+    """A py-spy raw file cut to vLLM's engine core: samples per thread, then the main thread's frames (inclusive)."""
+    threads: Counter[str] = Counter()
+    frames: Counter[str] = Counter()
+    for line in raw.read_text(encoding="utf-8").splitlines():
+        stack, _, count = line.rpartition(" ")
+        if "EngineCore" not in stack or not count.isdigit():
+            continue
+        parts = stack.split(";")
+        named = [p for p in parts if p.startswith("thread (")]
+        thread = named[0].split(":", 1)[-1].strip() if named else "?"
+        threads[thread] += int(count)
+        if thread == "MainThread":
+            for frame in dict.fromkeys(re.sub(r":\d+\)$", ")", p) for p in parts if p.endswith(")")):
+                frames[frame] += int(count)
+    return "\n".join(
+        [
+            f"== {raw.name}: {sum(threads.values())} samples",
+            *(f"thread {n} {name}" for name, n in threads.most_common(8)),
+            *(f"{n} {frame}" for frame, n in frames.most_common(top)),
+        ]
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--per-task", type=int, default=50)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--profile", type=Path, help="a folder: one pass per side under py-spy (pyspy-p5-*.txt)")
     parser.add_argument("--render", action="store_true", help="write bench/results/mask_fill.md from the raw runs")
     args = parser.parse_args()
     if args.render:
         out = RESULTS / "mask_fill.md"
         out.write_text(markdown(list(RUNS)), encoding="utf-8")
         print(out)
+        return 0
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
+        asyncio.run(profile(args.per_task, args.profile))
         return 0
     report = asyncio.run(measure(args.per_task))
     if args.out:

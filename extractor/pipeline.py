@@ -19,7 +19,7 @@ from typing import Any
 from extractor import chunking, grounding
 from extractor.catalog.budget import fit_window
 from extractor.catalog.prompting import render
-from extractor.catalog.tasks import ChunkSettings, Task
+from extractor.catalog.tasks import ChunkSettings, Task, TaskSettings
 from extractor.chunking import Chunk, ChunkOutcome
 from extractor.config import MAX_ATTEMPTS_LIMIT, Settings
 from extractor.constraints import grounded_decoding, wrapping
@@ -81,6 +81,17 @@ class Plan:
     stop: tuple[str, ...] = ()
 
 
+def asks_confidences(task: TaskSettings, default: bool) -> bool:
+    """Whether the task's requests ask for token logprobs: the task's own say, else the global setting.
+
+    A task with a ``review`` block always asks (it sends results to review by their confidence; a
+    global ``EXTRACTOR_CONFIDENCES=false`` does not silence its threshold).
+    """
+    if task.confidences is not None:
+        return task.confidences
+    return True if task.review is not None else default
+
+
 def plan(task: Task, options: Options, settings: Settings) -> Plan:
     """Resolve request option > task setting > global setting."""
     attempts = options.max_attempts or task.settings.max_attempts or settings.max_attempts
@@ -111,7 +122,7 @@ def plan(task: Task, options: Options, settings: Settings) -> Plan:
         grounded_max_words=settings.grounded_max_words,
         grounded_clauses=settings.grounded_clauses,
         substring_grammar=settings.grammar_backend == "guidance",
-        confidences=task.settings.confidences if task.settings.confidences is not None else settings.confidences,
+        confidences=asks_confidences(task.settings, settings.confidences),
         top_p=options.top_p,
         seed=options.seed,
         stop=options.stop,

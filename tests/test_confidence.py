@@ -134,6 +134,21 @@ def test_confidences_off_asks_the_engine_for_no_logprobs_and_results_carry_none(
     assert all(s.confidence is None for s in result.spans)
 
 
+def test_a_task_that_reviews_by_confidence_asks_for_them_when_they_are_off_globally(tmp_path: Path) -> None:
+    root = catalog_with(tmp_path / "catalog", "landmark_slots")
+    schema_path = root / "schemas" / "landmark_slots.json"
+    schema = json.loads(schema_path.read_text(encoding="utf-8"))
+    schema.setdefault("x-extractor", {})["review"] = {"below": 0.8}
+    schema_path.write_text(json.dumps(schema, ensure_ascii=False), encoding="utf-8")
+    answer = '{"name": "阿尔罕布拉宫", "country": null, "city": "格拉纳达", "category": null, "period": null}'
+    engine = ScriptedEngine([answer], token_logprob=lambda text, start, end: -1.0)
+    settings = Settings.from_env({"EXTRACTOR_CONFIDENCES": "false"}, home=tmp_path, engine="scripted")
+    extractor = Extractor(settings=settings, engine=engine, catalog=Catalog.load(root))
+    result = extractor.extract("landmark_slots", "阿尔罕布拉宫位于格拉纳达。")
+    # the threshold still routes: the global switch yields to a task that sends results by it
+    assert engine.history[0].logprobs and result.confidence is not None and result.confidence < 0.8
+
+
 def test_a_task_can_turn_confidences_off_for_itself_unless_it_reviews_by_them(tmp_path: Path) -> None:
     root = catalog_with(tmp_path / "catalog", "landmark_slots")
     schema_path = root / "schemas" / "landmark_slots.json"
