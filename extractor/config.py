@@ -56,8 +56,8 @@ class Settings:
     max_num_seqs: int = 64
     # vLLM without torch.compile (and CUDA graphs): the engine starts sooner and decodes slower. On the
     # 2-core CPU vLLM 0.32 compiles the model at every start (its compile cache does not load there):
-    # 220 s to start against 44 s eager; `extractor eval` (140 SNIPS lines, two engines) started in 116
-    # instead of 304 s at the same docs/s (docs/reference/settings.md). The test suite runs eager
+    # 220 s to start against 44 s eager; `extractor eval` (140 SNIPS lines, two engines) started in 92
+    # instead of 228 s at 0.92 of the docs/s (docs/reference/settings.md). The test suite runs eager
     enforce_eager: bool = False
     # KV-cache block size in tokens (None: vLLM's default, 128 on CPU). Prefix caching reuses whole
     # blocks only, so smaller blocks keep more of a shared instruction cached (see README).
