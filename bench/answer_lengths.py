@@ -93,11 +93,10 @@ async def measure(per_task: int) -> dict[str, Any]:
     }
     try:
         for side, grounded in (("schema", False), ("grounded", True)):
-            lengths = await answer_lengths(extractor, work, grounded=grounded)
             per: dict[str, list[int]] = {}
-            for item in work:
-                key = request_key(common.request(extractor.task(item.task), item.text))
-                per.setdefault(item.task, []).append(lengths[key])
+            for task in tasks:
+                lengths = await answer_lengths(extractor, [i for i in work if i.task == task], grounded=grounded)
+                per[task] = list(lengths.values())
             report[side] = {"per_task": per, **summary(per)}
             print(f"bench: {side}: {_line(report[side])}", flush=True)
     finally:
