@@ -124,11 +124,18 @@ def _p5(run: dict[str, Any], layout: str, side: str) -> float:
 def logprobs_cost() -> list[str]:
     """What the confidences' logprobs cost P1 (one host, A-B), and the batch's concurrency above vLLM's."""
     asked, dropped = _load("p1-logprobs-asked"), _load("p1-logprobs-dropped")
+    again = _load("p1-logprobs-asked-2")
     head, more = _load("p1-c256"), _load("p1-c384")
     rows = []
+    again_logprobs = _rate(again["p1"]["extractor"]) / _rate(again["p1"]["raw_logprobs"])
     for label, run in (
         ("asked, as shipped (`raw/gpu-p1-logprobs-asked.json`)", asked),
         ("dropped (`BENCH_LOGPROBS=0`: confidences empty; `raw/gpu-p1-logprobs-dropped.json`)", dropped),
+        (
+            "asked, as shipped, again (a later start of the machine, slower on both sides; against raw asking "
+            f"the same logprobs {again_logprobs:.2f}; `raw/gpu-p1-logprobs-asked-2.json`)",
+            again,
+        ),
     ):
         p1 = run["p1"]
         ours, raw = _rate(p1["extractor"]), _rate(p1["raw"])
@@ -165,6 +172,27 @@ def logprobs_cost() -> list[str]:
         "queue's order, `EXTRACTOR_CONFIDENCES=false` (or `\"confidences\": false` in a task's `x-extractor`) "
         "asks vLLM for no logprobs (the same requests as the dropped row; results then carry no confidence); "
         "the default keeps them.",
+    ]
+
+
+def same_answers() -> list[str]:
+    """P5 against free text of the same answers, as shipped (the method since 2026-12-04; ``mask_fill.md``)."""
+    shipped = [p for p in mask_fill.SAME_RUNS if not json.loads(p.read_text(encoding="utf-8")).get("vllm_args")]
+    if not shipped:
+        return []
+    return [
+        "**P5 against free text of the same answers** (the method since 2026-12-04: each constrained answer's "
+        "free twin cut at its own length, not at the answers' mean, which one task at a time capped the ratio "
+        "near 0.55-0.58 by itself: `answer_lengths.md`), as shipped, 2026-12-04:",
+        "",
+        mask_fill.same_answers(shipped),
+        "",
+        "Target ≥ 0.9: **not met** with every task mixed 256 at once (0.57 / 0.61); 0.78 / 0.87 one task at a "
+        "time. CUDA graphs to 2,048 tokens and vLLM's multiprocess executor moved nothing; vLLM 0.26 defers a "
+        "structured batch's sampling until the previous step's tokens are in, so the next step's scheduling "
+        "and input preparation wait every step, more so the larger the batch (`mask_fill.md`: the runs, and "
+        "the source).",
+        "",
     ]
 
 
@@ -429,6 +457,7 @@ def markdown() -> str:
             "of the same engine without drafts, free text 0.61-0.72x; `drafts.md`). Off by default.",
             "",
             *grammar_form(),
+            *same_answers(),
         ]
     g = engine["grounded_by_length"]
     lines += [

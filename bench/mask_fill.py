@@ -62,6 +62,8 @@ async def measure(per_task: int) -> dict[str, Any]:
         "lines_per_task": per_task,
         "speculative_tokens": settings.speculative_tokens,
         "speculative_method": settings.speculative_method,
+        "vllm_args": settings.engine_arguments,  # EXTRACTOR_VLLM_ARGS: the lever a run tried
+        "replicas": settings.engine_replicas,  # EXTRACTOR_ENGINE_REPLICAS: engines of the model on the GPU
     }
     engine = extractor.engine
     tasks = sorted({i.task for i in items})
@@ -132,6 +134,13 @@ def _line(layout: dict[str, Any]) -> str:
     return line + (f"; P5 against free text of the same answers: {same}" if same else "")
 
 
+def _levers(run: dict[str, Any]) -> str:
+    """The engine arguments a run added (``EXTRACTOR_VLLM_ARGS``), as a label's tail."""
+    extra = run.get("vllm_args") or {}
+    engines = f"; {run['replicas']} engines on the GPU" if run.get("replicas", 1) > 1 else ""
+    return engines + "".join(f"; `{k}`: `{json.dumps(v)}`" for k, v in extra.items())
+
+
 def same_answers(paths: Sequence[Path]) -> str:
     """P5 against free text of the same answers (each free twin cut at its own answer's length), per run."""
     lines = [
@@ -139,15 +148,17 @@ def same_answers(paths: Sequence[Path]) -> str:
         "| P5 grounded | P5s against free cut at the mean |",
         "|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for path in paths:
-        run = json.loads(path.read_text(encoding="utf-8"))
+    runs = [json.loads(path.read_text(encoding="utf-8")) for path in paths]
+    as_shipped_first = sorted(runs, key=lambda r: bool(r.get("vllm_args")) or r.get("replicas", 1) > 1)
+    for run in as_shipped_first:
         for layout in ("per_task", "mixed"):
             row = run[layout]
             if "free_schema" not in row:
                 continue
             rates = {k: row[k]["tok_s"] for k in row}
+            who = _who(run["mask_threads"], run.get("vllm_grammar_check")) + _levers(run)
             lines.append(
-                f"| {_who(run['mask_threads'], run.get('vllm_grammar_check'))} | {layout.replace('_', ' ')} "
+                f"| {who} | {layout.replace('_', ' ')} "
                 f"| {rates['schema']:,.0f} | {rates['free_schema']:,.0f} "
                 f"| **{rates['schema'] / rates['free_schema']:.2f}** "
                 f"| {rates['grounded']:,.0f} | {rates['free_grounded']:,.0f} "
@@ -226,7 +237,49 @@ def same_answers_section(paths: Sequence[Path] = SAME_RUNS) -> list[str]:
     ]
     if not paths:
         return [*lines, "No GPU run with it yet (2026-12-04: that session's device time went to the runs below).", ""]
-    return [*lines, same_answers(paths), ""]
+    return [*lines, same_answers(paths), "", *SAME_FINDINGS]
+
+
+# What the runs of `raw/mask-fill-same-*.json` said (2026-12-04, second session of the day)
+SAME_FINDINGS = [
+    "2026-12-04, one H200 (16 host cores), vLLM 0.26.0, the 7B-class dummy, `--per-task 50`, the pool of 16",
+    "threads; one engine per row pair. The first two pairs ran back to back on one start of the machine, the",
+    "last two on a second (free text one task at a time 6,944 tok/s there against 6,996: comparable). The",
+    "levers went in through `EXTRACTOR_VLLM_ARGS` (new: any of vLLM's engine arguments, over the service's).",
+    "",
+    "- **As shipped**: P5 against free text of the same answers **0.78** (schema) / **0.87** (grounded) one task",
+    "  at a time, 50 at once, and **0.57** / **0.61** with every task mixed, 256 at once. The free twins of the",
+    "  grounded answers run at 0.67-0.73 of the mean cut's tok/s: answers of unequal length leave a batch",
+    "  part empty towards its end, free or not; the mean cut hid that, charging it to the grammar.",
+    "- **CUDA graphs captured up to 2,048 tokens a step** (`compilation_config.max_cudagraph_capture_size`;",
+    "  vLLM's default 512): nothing (0.74 / 0.87, 0.54 / 0.62). The grounded pass's steps outside CUDA graphs",
+    "  (the profile below) are not where its time goes.",
+    "- **vLLM's multiprocess executor** (`distributed_executor_backend: mp`: the model runner in a worker",
+    "  process, the engine core's thread left the scheduler and the masks): free text mixed 1.09x (15,439",
+    "  vs 14,182 tok/s), the constrained sides not (7,476 / 6,609): P5 mixed 0.50 / 0.53, per task 0.82 / 0.87.",
+    "- **Async scheduling off** (`async_scheduling: false`): free text 0.65x per task and 0.61x mixed, the",
+    "  constrained sides 0.70x per task and 0.77x (schema) / 0.85x (grounded) mixed. Async scheduling gives",
+    "  constrained decoding part of its overlap: 1.2-1.4x where free text gets 1.55-1.6x.",
+    "",
+    "Why, in vLLM 0.26's source (`vllm/v1/engine/core.py`, `step_with_batch_queue`): a step whose batch",
+    "holds structured requests cannot fill its masks before the previous step's tokens are known",
+    "(`pending_structured_output_tokens`: its sampling is deferred). The engine core launches step N+1's",
+    "forward pass, blocks on step N's tokens, advances every grammar (`update_from_output`, `accept_tokens`),",
+    "fills N+1's masks, and only then launches N+1's sampling; step N+2 is scheduled and its inputs prepared",
+    "after that. The forward pass overlaps the grammars' work, but the next step's scheduling and input",
+    "preparation (the engine core's largest shares in the profile below: `schedule` 65 and `execute_model` 145",
+    "of 398 samples in the schema pass) no longer overlap the GPU's work: every step waits for them. Free",
+    "text keeps a step queued ahead. The more sequences a step holds, the more there is to schedule, advance",
+    "and mask: 0.78-0.87 at 50 at once, 0.57-0.61 at 256. vLLM's own figures for that design (pull request",
+    "26866: constrained output at 0.68-0.70 of free text, a 1.7B model, 800 at once) agree.",
+    "",
+    "Next to try: two engines of the model on the GPU (`EXTRACTOR_ENGINE_REPLICAS=2`,",
+    "`extractor/engines/replicas.py`: each an engine core of its own, whose CPU work runs beside the",
+    "other's while the GPU runs the other's step; `bench/gpu/README.md` has the commands). The grammar's",
+    "fast-forward tokens under async scheduling would need the grammar on the worker's side of the step:",
+    "a change to vLLM, which the issue rules out.",
+    "",
+]
 
 
 def runners_and_profile() -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -71,6 +72,9 @@ class Settings:
     # (constrained answers only: the grammar's forced tokens or a 1-5 token prompt lookup, whichever
     # is longer; extractor.engines.vllm_proposer)
     speculative_method: str = "ngram"
+    # more of vLLM's engine arguments, as a JSON object of AsyncEngineArgs fields (`vllm serve`'s flags
+    # with underscores), over the ones above: '{"compilation_config": {"max_cudagraph_capture_size": 1024}}'
+    vllm_args: str = ""
     # LoRA adapters (``extractor train``): 0 derives the rank from the catalog's adapters (LoRA off without any)
     max_lora_rank: int = 0
     max_loras: int = 8
@@ -85,6 +89,10 @@ class Settings:
     # on CUDA, where the front end keeps a core busy and starves the pipeline's thread of the GIL
     # (bench/results/gil_starvation.md); shared on CPU.
     engine_process: str = "auto"
+    # in-process vLLM engines of the model, each 1/N of the memory, each request to the one holding
+    # fewest: engine cores whose per-step CPU work runs side by side (extractor.engines.replicas).
+    # Not measured to pay yet: 1
+    engine_replicas: int = 1
     # CPU KV cache in GiB; None: the default (4), or less when the free memory cannot hold it
     kv_cache_space_gib: int | None = None
     # CPU only: the engine's processes run at this nice value (0-19; 0 leaves them as they are), so
@@ -162,6 +170,8 @@ class Settings:
                 f"EXTRACTOR_SPECULATIVE_METHOD: unknown proposer {self.speculative_method!r}; "
                 f"use one of {', '.join(SPECULATIVE_METHODS)}"
             )
+        if self.engine_replicas < 1:
+            raise ConfigError(f"EXTRACTOR_ENGINE_REPLICAS: 1 or more engines, got {self.engine_replicas}")
         if not 1 <= self.max_attempts <= MAX_ATTEMPTS_LIMIT:
             raise ConfigError(f"EXTRACTOR_MAX_ATTEMPTS: must be 1..{MAX_ATTEMPTS_LIMIT}, got {self.max_attempts}")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
@@ -170,7 +180,23 @@ class Settings:
             raise ConfigError("EXTRACTOR_GROUNDED_MAX_WORDS: must be >= 1")
         if self.max_model_len < 64 or self.max_tokens < 1:
             raise ConfigError("EXTRACTOR_MAX_MODEL_LEN must be >= 64 and EXTRACTOR_MAX_TOKENS >= 1")
+        _ = self.engine_arguments
         self._check_service()
+
+    @property
+    def engine_arguments(self) -> dict[str, Any]:
+        """``vllm_args`` read: a JSON object ({} when empty); a :class:`ConfigError` naming what is wrong."""
+        if not self.vllm_args.strip():
+            return {}
+        try:
+            value = json.loads(self.vllm_args)
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"EXTRACTOR_VLLM_ARGS: not JSON ({error})") from None
+        if not isinstance(value, dict):
+            raise ConfigError(
+                'EXTRACTOR_VLLM_ARGS: a JSON object of vLLM engine arguments, e.g. {"max_num_batched_tokens": 4096}'
+            )
+        return value
 
     def _check_service(self) -> None:
         if self.engine == "remote" and not self.remote_base_urls:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from extractor.engines.base import Engine, Generation, GenerationRequest, Message, StreamingEngine, stream_text
 from extractor.engines.scripted import ScriptedEngine
+from extractor.errors import ConfigError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -40,10 +41,20 @@ def create_engine(settings: Settings, adapters: Sequence[Path] = ()) -> Engine:
         from extractor.engines.remote import RemoteEngine
 
         return RemoteEngine(settings)
+    if adapters and settings.engine_replicas > 1:
+        raise ConfigError(
+            f"EXTRACTOR_ENGINE_REPLICAS={settings.engine_replicas} with adapters served merged (an engine per "
+            "adapter): serve them through LoRA in each replica (EXTRACTOR_ADAPTER_SERVING=lora), not at all "
+            "(off), or run one engine (EXTRACTOR_ENGINE_REPLICAS=1)"
+        )
     if adapters:
         from extractor.engines.merged import MergedAdapters
 
         return MergedAdapters(settings, adapters)
+    if settings.engine_replicas > 1:
+        from extractor.engines.replicas import EngineReplicas
+
+        return EngineReplicas.of(settings)
     from extractor.engines.process import vllm_engine
 
     return vllm_engine(settings)

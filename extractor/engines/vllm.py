@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import itertools
 import logging
 import os
@@ -23,7 +24,7 @@ from extractor.engines.base import Generation, GenerationRequest
 from extractor.engines.local import LocalModel
 from extractor.engines.loop import LoopThread
 from extractor.engines.tokenizer import ChatIds
-from extractor.errors import EngineDeadError, EngineError
+from extractor.errors import ConfigError, EngineDeadError, EngineError
 from extractor.models import resolve_model_dir
 
 T = TypeVar("T")
@@ -57,6 +58,18 @@ def cuda_environment(environ: MutableMapping[str, str]) -> None:
     # constrained output 1.2-1.8x faster on an H200, latency at 1 and 16 clients as before
     # (bench/results/mask_fill.md); EXTRACTOR_MASK_THREADS=0 keeps vLLM's own fill.
     environ.setdefault(vllm_masks.ENV, str(vllm_masks.cuda_default()))
+
+
+def with_extra_arguments(ours: dict[str, Any], extra: dict[str, Any], kind: Any) -> dict[str, Any]:
+    """``ours`` with ``extra`` (EXTRACTOR_VLLM_ARGS) over them; a name the dataclass ``kind`` lacks: ConfigError."""
+    known = {f.name for f in dataclasses.fields(kind)}
+    unknown = sorted(set(extra) - known)
+    if unknown:
+        raise ConfigError(
+            f"EXTRACTOR_VLLM_ARGS: not vLLM engine arguments: {', '.join(unknown)} "
+            "(AsyncEngineArgs' fields: `vllm serve`'s flags with underscores)"
+        )
+    return {**ours, **extra}
 
 
 def speculation(tokens: int, method: str = "ngram") -> dict[str, Any] | None:
@@ -125,6 +138,9 @@ class VLLMEngine(LocalModel):
             loop = LoopThread("extractor-vllm")
             try:
                 self._llm = loop.run(self._build())
+            except ConfigError:  # a setting to fix (EXTRACTOR_VLLM_ARGS), not vLLM failing
+                loop.stop()
+                raise
             except Exception as error:
                 loop.stop()
                 raise EngineError(f"vLLM failed to start on {self._model_dir}: {error}") from error
@@ -138,7 +154,7 @@ class VLLMEngine(LocalModel):
 
         s = self._settings
         dtype: Any = s.dtype
-        return AsyncEngineArgs(
+        ours: dict[str, Any] = dict(
             model=str(self._model_dir),
             dtype=dtype,
             max_model_len=s.max_model_len,
@@ -159,6 +175,7 @@ class VLLMEngine(LocalModel):
             max_loras=s.max_loras,
             speculative_config=speculation(s.speculative_tokens, s.speculative_method),
         )
+        return AsyncEngineArgs(**with_extra_arguments(ours, s.engine_arguments, AsyncEngineArgs))
 
     async def _build(self) -> Any:
         if has_cuda():
