@@ -203,6 +203,11 @@ class Settings:
             raise ConfigError(
                 "EXTRACTOR_REMOTE_URLS: engine 'remote' needs the base URL of an OpenAI-compatible server"
             )
+        if self.engine == "remote" and self.engine_replicas > 1:
+            raise ConfigError(
+                "EXTRACTOR_ENGINE_REPLICAS: engines in this process; a remote engine's server scales itself "
+                "(`vllm serve --data-parallel-size N`, or several servers behind vllm-router)"
+            )
         if len(self.remote_base_urls) > 1:
             raise ConfigError(
                 "EXTRACTOR_REMOTE_URLS: one endpoint; put several servers behind vllm-router, or run "

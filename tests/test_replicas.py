@@ -87,6 +87,21 @@ def test_merged_adapters_with_replicas_name_the_fix() -> None:
         create_engine(settings, adapters=[Path("adapters/snips")])
 
 
-def test_fewer_than_one_replica_names_the_setting() -> None:
+def test_fewer_than_one_replica_or_replicas_of_a_remote_engine_name_the_setting() -> None:
     with pytest.raises(ConfigError, match="EXTRACTOR_ENGINE_REPLICAS: 1 or more"):
         Settings.from_env({"EXTRACTOR_ENGINE_REPLICAS": "0"})
+    remote = {
+        "EXTRACTOR_ENGINE": "remote",
+        "EXTRACTOR_REMOTE_URLS": "http://127.0.0.1:9",
+        "EXTRACTOR_ENGINE_REPLICAS": "2",
+    }
+    with pytest.raises(ConfigError, match="EXTRACTOR_ENGINE_REPLICAS: engines in this process"):
+        Settings.from_env(remote)
+
+
+def test_a_dry_run_spreads_over_scripted_replicas() -> None:
+    settings = Settings.from_env({"EXTRACTOR_ENGINE": "scripted", "EXTRACTOR_ENGINE_REPLICAS": "3"})
+    extractor = Extractor(settings=settings)
+    assert isinstance(extractor.engine, EngineReplicas) and len(extractor.engine.engines) == 3
+    results = extractor.extract_many("snips_get_weather", ["will it snow in Oslo", "rain in Paris", "sun in Rome"])
+    assert len(results) == 3
