@@ -7,8 +7,10 @@ import dataclasses
 import json
 import os
 import platform
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -190,6 +192,41 @@ async def generate_all(
     started = time.perf_counter()
     results = list(await asyncio.gather(*(one(r) for r in requests)))
     return results, time.perf_counter() - started
+
+
+@contextmanager
+def gpu_busy(into: dict[str, Any], every_s: float = 0.02) -> Iterator[None]:
+    """The GPU's mean utilization while the block runs (NVML: the share of time some kernel ran), 0-1.
+
+    Written to ``into["gpu_busy"]``; nothing where NVML or a GPU is missing (vLLM ships NVML's bindings).
+    """
+    try:
+        from vllm.third_party import pynvml
+    except ImportError:
+        yield
+        return
+    try:
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    except pynvml.NVMLError:  # no NVML library or no GPU (the CPU): no such figure
+        yield
+        return
+    samples: list[int] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(every_s):
+            samples.append(int(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu))
+
+    sampler = threading.Thread(target=sample, name="bench-gpu-busy", daemon=True)
+    sampler.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        sampler.join()
+        if samples:
+            into["gpu_busy"] = sum(samples) / len(samples) / 100
 
 
 async def started() -> tuple[Extractor, list[GoldItem], float]:

@@ -90,11 +90,13 @@ async def measure(per_task: int) -> dict[str, Any]:
             for side in ORDER:
                 free = free_sides.get(side)
                 transform, grounded = (free, False) if free is not None else (capped, side == "grounded")
-                if layout == "per_task":
-                    row = await compact.raw_passes(engine, extractor, work, grounded=grounded, transform=transform)
-                else:
-                    row = await mixed_pass(extractor, work, grounded=grounded, transform=transform)
-                passes[side].append(row)
+                busy: dict[str, Any] = {}
+                with common.gpu_busy(busy):  # how much of the pass the GPU ran kernels (CUDA only)
+                    if layout == "per_task":
+                        row = await compact.raw_passes(engine, extractor, work, grounded=grounded, transform=transform)
+                    else:
+                        row = await mixed_pass(extractor, work, grounded=grounded, transform=transform)
+                passes[side].append({**row, **busy})
             report[layout] = {side: _summed(rows) for side, rows in passes.items()}
             print(f"bench: mask threads {report['mask_threads']}, {layout}: {_line(report[layout])}", flush=True)
     finally:
@@ -120,18 +122,33 @@ ORDER = (
 def _summed(rows: list[dict[str, Any]]) -> dict[str, Any]:
     docs, seconds = sum(r["docs"] for r in rows), sum(r["seconds"] for r in rows)
     tokens = sum(r["completion_tokens"] for r in rows)
-    return {"docs": docs, "seconds": seconds, "completion_tokens": tokens, "tok_s": tokens / seconds}
+    summed = {"docs": docs, "seconds": seconds, "completion_tokens": tokens, "tok_s": tokens / seconds}
+    if all("gpu_busy" in r for r in rows):  # weighted by each pass's seconds
+        summed["gpu_busy"] = sum(r["gpu_busy"] * r["seconds"] for r in rows) / seconds
+    return summed
 
 
 def _line(layout: dict[str, Any]) -> str:
     free = layout["free"]["tok_s"]
-    line = ", ".join(f"{side} {row['tok_s']:,.0f} tok/s ({row['tok_s'] / free:.2f})" for side, row in layout.items())
+    line = ", ".join(
+        f"{side} {row['tok_s']:,.0f} tok/s ({row['tok_s'] / free:.2f})"
+        + (f", GPU busy {row['gpu_busy']:.0%}" if "gpu_busy" in row else "")
+        for side, row in layout.items()
+    )
     same = ", ".join(
         f"{side} {layout[side]['tok_s'] / layout['free_' + side]['tok_s']:.2f}"
         for side in ("schema", "grounded")
         if "free_" + side in layout
     )
     return line + (f"; P5 against free text of the same answers: {same}" if same else "")
+
+
+def _busy(layout: dict[str, Any]) -> str:
+    """The share of each pass the GPU ran kernels (NVML), constrained sides and their twins; — before it was kept."""
+    sides = ("schema", "free_schema", "grounded", "free_grounded")
+    if not all("gpu_busy" in layout[side] for side in sides):
+        return "—"
+    return " / ".join(f"{layout[side]['gpu_busy']:.0%}" for side in sides)
 
 
 def _levers(run: dict[str, Any]) -> str:
@@ -145,8 +162,8 @@ def same_answers(paths: Sequence[Path]) -> str:
     """P5 against free text of the same answers (each free twin cut at its own answer's length), per run."""
     lines = [
         "| mask fill | layout | schema tok/s | its free twin | P5 schema | grounded tok/s | its free twin "
-        "| P5 grounded | P5s against free cut at the mean |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+        "| P5 grounded | P5s against free cut at the mean | GPU busy: schema, twin, grounded, twin |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     runs = [json.loads(path.read_text(encoding="utf-8")) for path in paths]
     as_shipped_first = sorted(runs, key=lambda r: bool(r.get("vllm_args")) or r.get("replicas", 1) > 1)
@@ -163,7 +180,8 @@ def same_answers(paths: Sequence[Path]) -> str:
                 f"| **{rates['schema'] / rates['free_schema']:.2f}** "
                 f"| {rates['grounded']:,.0f} | {rates['free_grounded']:,.0f} "
                 f"| **{rates['grounded'] / rates['free_grounded']:.2f}** "
-                f"| {rates['schema'] / rates['free']:.2f} / {rates['grounded'] / rates['free']:.2f} |"
+                f"| {rates['schema'] / rates['free']:.2f} / {rates['grounded'] / rates['free']:.2f} "
+                f"| {_busy(row)} |"
             )
     return "\n".join(lines)
 
