@@ -225,6 +225,7 @@ def gpu_busy(into: dict[str, Any], every_s: float = 0.02) -> Iterator[None]:
     finally:
         stop.set()
         sampler.join()
+        pynvml.nvmlShutdown()
         if samples:
             into["gpu_busy"] = sum(samples) / len(samples) / 100
 

@@ -177,7 +177,7 @@ def logprobs_cost() -> list[str]:
 
 def same_answers() -> list[str]:
     """P5 against free text of the same answers, as shipped (the method since 2026-12-04; ``mask_fill.md``)."""
-    shipped = [p for p in mask_fill.SAME_RUNS if not json.loads(p.read_text(encoding="utf-8")).get("vllm_args")]
+    shipped = [p for p in mask_fill.SAME_RUNS if not mask_fill.tries_a_lever(json.loads(p.read_text(encoding="utf-8")))]
     if not shipped:
         return []
     return [

@@ -151,6 +151,11 @@ def _busy(layout: dict[str, Any]) -> str:
     return " / ".join(f"{layout[side]['gpu_busy']:.0%}" for side in sides)
 
 
+def tries_a_lever(run: dict[str, Any]) -> bool:
+    """Whether a run changed the engine from the one shipped (``EXTRACTOR_VLLM_ARGS``, replicas)."""
+    return bool(run.get("vllm_args")) or run.get("replicas", 1) > 1
+
+
 def _levers(run: dict[str, Any]) -> str:
     """The engine arguments a run added (``EXTRACTOR_VLLM_ARGS``), as a label's tail."""
     extra = run.get("vllm_args") or {}
@@ -166,8 +171,7 @@ def same_answers(paths: Sequence[Path]) -> str:
         "|---|---|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     runs = [json.loads(path.read_text(encoding="utf-8")) for path in paths]
-    as_shipped_first = sorted(runs, key=lambda r: bool(r.get("vllm_args")) or r.get("replicas", 1) > 1)
-    for run in as_shipped_first:
+    for run in sorted(runs, key=tries_a_lever):  # as shipped first
         for layout in ("per_task", "mixed"):
             row = run[layout]
             if "free_schema" not in row:

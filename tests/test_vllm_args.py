@@ -46,3 +46,10 @@ def test_an_argument_vllm_does_not_have_is_named_before_it_starts() -> None:
 def test_empty_means_none() -> None:
     assert Settings.from_env({"EXTRACTOR_VLLM_ARGS": ""}).engine_arguments == {}
     assert Settings.from_env({"EXTRACTOR_VLLM_ARGS": " {} "}).engine_arguments == {}
+
+
+def test_starting_with_an_argument_vllm_lacks_is_a_config_error_not_a_failed_engine() -> None:
+    engine = VLLMEngine(Settings.from_env({"EXTRACTOR_VLLM_ARGS": '{"temprature": 0}'}))
+    with pytest.raises(ConfigError, match="not vLLM engine arguments: temprature"):
+        engine.start_sync()
+    assert engine._llm is None  # nothing started, nothing left running

@@ -36,14 +36,12 @@ def create_engine(settings: Settings, adapters: Sequence[Path] = ()) -> Engine:
     model (:mod:`extractor.engines.merged`; in-process vLLM only).
     """
     if settings.engine == "scripted":
-        if settings.engine_replicas > 1:  # a dry run of the replicas' path
-            from extractor.engines.replicas import EngineReplicas
+        dry = [ScriptedEngine.echo_examples(delay_s=settings.scripted_delay_s) for _ in range(settings.engine_replicas)]
+        if len(dry) == 1:
+            return dry[0]
+        from extractor.engines.replicas import EngineReplicas
 
-            delay_s = settings.scripted_delay_s
-            return EngineReplicas(
-                [ScriptedEngine.echo_examples(delay_s=delay_s) for _ in range(settings.engine_replicas)]
-            )
-        return ScriptedEngine.echo_examples(delay_s=settings.scripted_delay_s)
+        return EngineReplicas(dry)  # a dry run of the replicas' path
     if settings.engine == "remote":
         from extractor.engines.remote import RemoteEngine
 
