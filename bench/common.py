@@ -18,6 +18,7 @@ from typing import Any
 from extractor import Extractor, Settings, Task, pipeline
 from extractor.catalog.prompting import render
 from extractor.constraints import grounded_decoding, substring
+from extractor.engines import vllm_ahead, vllm_masks
 from extractor.engines.base import Engine, Generation, GenerationRequest
 from extractor.jobs.gold import GoldItem, load_gold, select, task_map
 
@@ -99,6 +100,11 @@ def grammar_form() -> str:
         return "full"
     substring.skeleton = _SKELETON  # type: ignore[assignment]
     return "lean"
+
+
+def mask_ahead() -> bool:
+    """Whether this run's engine fills the next step's masks ahead (``EXTRACTOR_MASK_AHEAD=1`` with the pool)."""
+    return bool(vllm_masks.threads()) and vllm_ahead.wanted()
 
 
 def logprobs_form(engine: Engine) -> str:

@@ -53,6 +53,7 @@ async def measure(per_task: int) -> dict[str, Any]:
     settings = extractor.settings
     report: dict[str, Any] = {
         "mask_threads": vllm_masks.threads(),
+        "mask_ahead": common.mask_ahead(),  # EXTRACTOR_MASK_AHEAD: the next step's masks filled ahead
         "vllm_grammar_check": common.grammar_check(),
         "grammar_form": common.grammar_form(),
         "engine_start_s": start_s,
@@ -152,14 +153,15 @@ def _busy(layout: dict[str, Any]) -> str:
 
 
 def tries_a_lever(run: dict[str, Any]) -> bool:
-    """Whether a run changed the engine from the one shipped (``EXTRACTOR_VLLM_ARGS``, replicas)."""
-    return bool(run.get("vllm_args")) or run.get("replicas", 1) > 1
+    """Whether a run changed the engine from the one shipped (``EXTRACTOR_VLLM_ARGS``, replicas, masks ahead)."""
+    return bool(run.get("vllm_args")) or run.get("replicas", 1) > 1 or bool(run.get("mask_ahead"))
 
 
 def _levers(run: dict[str, Any]) -> str:
     """The engine arguments a run added (``EXTRACTOR_VLLM_ARGS``), as a label's tail."""
     extra = run.get("vllm_args") or {}
     engines = f"; {run['replicas']} engines on the GPU" if run.get("replicas", 1) > 1 else ""
+    engines += "; the next step's masks filled ahead (`EXTRACTOR_MASK_AHEAD=1`)" if run.get("mask_ahead") else ""
     return engines + "".join(f"; `{k}`: `{json.dumps(v)}`" for k, v in extra.items())
 
 
@@ -295,11 +297,14 @@ SAME_FINDINGS = [
     "and mask: 0.78-0.87 at 50 at once, 0.57-0.61 at 256. vLLM's own figures for that design (pull request",
     "26866: constrained output at 0.68-0.70 of free text, a 1.7B model, 800 at once) agree.",
     "",
-    "Next to try: two engines of the model on the GPU (`EXTRACTOR_ENGINE_REPLICAS=2`,",
-    "`extractor/engines/replicas.py`: each an engine core of its own, whose CPU work runs beside the",
-    "other's while the GPU runs the other's step; `bench/gpu/README.md` has the commands). The grammar's",
-    "fast-forward tokens under async scheduling would need the grammar on the worker's side of the step:",
-    "a change to vLLM, which the issue rules out.",
+    "Next to try (`bench/gpu/README.md` has the commands): the grammars' advance and the next masks filled",
+    "in one job off the engine core's main thread while it goes through the rest of `update_from_output`",
+    "(`EXTRACTOR_MASK_AHEAD=1`, `extractor/engines/vllm_ahead.py`: the advance and the fill were a fifth of",
+    "that thread's samples in the schema pass below, and the thread is busy throughout, free text too);",
+    "two engines of the model on the GPU (`EXTRACTOR_ENGINE_REPLICAS=2`, `extractor/engines/replicas.py`:",
+    "each an engine core of its own, whose CPU work runs beside the other's while the GPU runs the other's",
+    "step); a pool of 4 threads. The grammar's fast-forward tokens under async scheduling would need the",
+    "grammar on the worker's side of the step: a change to vLLM, which the issue rules out.",
     "",
 ]
 

@@ -19,7 +19,7 @@ from extractor import Extractor, Settings
 from extractor.catalog.prompting import render
 from extractor.config import repo_root
 from extractor.constraints import grounded_decoding
-from extractor.engines import create_engine
+from extractor.engines import create_engine, vllm_masks
 from extractor.engines.base import GenerationRequest
 from extractor.engines.merged import MergedAdapters
 from extractor.engines.process import ProcessEngine, portable
@@ -113,13 +113,17 @@ def test_an_answer_whose_tokens_come_back_reads_its_text_from_them_as_vllm_would
 
 
 @pytest.mark.engine
-def test_vllm_in_its_own_process_with_drafts_answers_as_in_this_one(real_extractor: Extractor) -> None:
+def test_vllm_in_its_own_process_with_drafts_answers_as_in_this_one(
+    real_extractor: Extractor, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
     """Same greedy answers and log-probabilities; streams; a caller gone aborts; a dead child is named.
 
     The child's vLLM also takes speculative drafts (the grammar's forced tokens and a prompt lookup,
-    checked by the model: ``vllm_proposer``), which must not change a greedy answer either. One
-    engine for both: each start costs minutes on CI's 2 cores.
+    checked by the model: ``vllm_proposer``) and has llguidance's pool fill its masks, a row per draft
+    position (``vllm_masks``: on by default on CUDA only), which must not change a greedy answer
+    either. One engine for all three: each start costs minutes on CI's 2 cores.
     """
+    monkeypatch.setenv(vllm_masks.ENV, "2")
     settings = Settings.from_env(
         {
             "EXTRACTOR_SPECULATIVE_TOKENS": "4",
@@ -143,6 +147,8 @@ def test_vllm_in_its_own_process_with_drafts_answers_as_in_this_one(real_extract
     expected, expected_chat = asyncio.run(answers(real_extractor.engine))
     engine.start_sync()
     try:
+        logged = capfd.readouterr()  # vLLM logs to stdout
+        assert "token masks filled by llguidance's pool of 2 threads" in logged.out + logged.err
 
         async def checks() -> None:
             got, got_chat = await answers(engine)

@@ -53,3 +53,16 @@ def test_starting_with_an_argument_vllm_lacks_is_a_config_error_not_a_failed_eng
     with pytest.raises(ConfigError, match="not vLLM engine arguments: temprature"):
         engine.start_sync()
     assert engine._llm is None  # nothing started, nothing left running
+
+
+def test_vllm_in_its_own_process_fails_to_start_with_the_same_config_error() -> None:
+    """The child names the bad argument; the parent raises it as a ConfigError too (the user's to fix)."""
+    from extractor.engines.process import ProcessEngine
+
+    settings = Settings.from_env({"EXTRACTOR_VLLM_ARGS": '{"temprature": 0}'}, engine_process="own")
+    engine = ProcessEngine(settings)
+    try:
+        with pytest.raises(ConfigError, match="not vLLM engine arguments: temprature"):
+            engine.start_sync()
+    finally:
+        engine.close_sync()

@@ -39,7 +39,7 @@ from extractor.engines.local import LocalModel
 from extractor.engines.loop import LoopThread
 from extractor.engines.tokenizer import ChatIds
 from extractor.engines.vllm import VLLMEngine, cuda_environment, has_cuda
-from extractor.errors import EngineDeadError, EngineError
+from extractor.errors import ConfigError, EngineDeadError, EngineError, ModelNotPreparedError
 from extractor.models import resolve_model_dir
 
 log = logging.getLogger("extractor.engine")
@@ -108,7 +108,7 @@ class ProcessEngine(LocalModel):
                 loop.run(self._launch(f"ipc://{self._folder.name}/engine"), timeout=START_TIMEOUT_S)
             except BaseException as error:
                 self._teardown(loop)
-                if isinstance(error, EngineError):
+                if isinstance(error, (EngineError, ConfigError)):  # a setting to fix stays one
                     raise
                 raise EngineError(f"vLLM's process failed to start on {self._model_dir}: {error}") from error
             self._loop = loop
@@ -149,7 +149,7 @@ class ProcessEngine(LocalModel):
         kind, _, detail = pickle.loads(hello.result())
         if kind != "ready":
             await exited
-            raise EngineError(detail)
+            raise _start_failure(*detail)
         self._tasks = (asyncio.ensure_future(self._receive()), exited)
         exited.add_done_callback(lambda _: self._child_gone())
 
@@ -315,7 +315,8 @@ def _main(address: str) -> None:
     try:
         engine.start_sync()
     except Exception as error:  # noqa: BLE001 - handed to the parent, which raises it
-        _tell_failure(address, str(error) if isinstance(error, EngineError) else f"{type(error).__name__}: {error}")
+        ours = isinstance(error, (EngineError, ConfigError))
+        _tell_failure(address, type(error).__name__, str(error) if ours else f"{type(error).__name__}: {error}")
         sys.exit(1)
     serving = engine.schedule(_serve(engine, address))
     serving.add_done_callback(_served)
@@ -335,13 +336,22 @@ def _served(serving: Any) -> None:
     os._exit(1)
 
 
-def _tell_failure(address: str, message: str) -> None:
+# What a start can fail with, raised here as the child raised it (a bad setting is the user's to fix).
+START_FAILURES: dict[str, type[Exception]] = {error.__name__: error for error in (ConfigError, ModelNotPreparedError)}
+
+
+def _start_failure(kind: str, message: str) -> Exception:
+    """The error the parent raises for the child's failed start: its own kind where it is one of ours."""
+    return START_FAILURES.get(kind, EngineError)(message)
+
+
+def _tell_failure(address: str, kind: str, message: str) -> None:
     import zmq
 
     socket: Any = zmq.Context.instance().socket(zmq.PAIR)
     socket.setsockopt(zmq.LINGER, 5000)
     socket.connect(address)
-    socket.send(pickle.dumps(("failed", 0, message)))
+    socket.send(pickle.dumps(("failed", 0, (kind, message))))
     socket.close()
 
 
