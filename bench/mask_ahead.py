@@ -116,7 +116,15 @@ def child(per_task: int, max_num_seqs: int) -> dict[str, Any]:
     return report
 
 
-def run(ahead: bool, per_task: int, max_num_seqs: int, threads: int) -> dict[str, Any]:
+# label, the pool's threads (None: --threads), masks ahead
+SIDES: tuple[tuple[str, int | None, bool], ...] = (
+    ("vLLM's own fill and advance (the CPU default)", 0, False),
+    ("llguidance's pool", None, False),
+    ("llguidance's pool, masks ahead (`EXTRACTOR_MASK_AHEAD=1`)", None, True),
+)
+
+
+def run(threads: int, ahead: bool, per_task: int, max_num_seqs: int) -> dict[str, Any]:
     env = {**os.environ, "EXTRACTOR_MASK_THREADS": str(threads), "EXTRACTOR_MASK_AHEAD": "1" if ahead else "0"}
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder, "child.json")
@@ -129,41 +137,41 @@ def run(ahead: bool, per_task: int, max_num_seqs: int, threads: int) -> dict[str
     return result
 
 
-def render(runs: list[dict[str, Any]], per_task: int) -> None:
-    off, on = runs
+def render(runs: list[dict[str, Any]], per_task: int, threads: int) -> None:
     rows = []
     for side in ("schema", "grounded"):
-        a, b = off[side], on[side]
-        same = "yes" if a["answers"] == b["answers"] else "**no**"
-        after, ahead = a["update_ms"] + a["masks_ms"], b["update_ms"] + b["masks_ms"]
-        rows.append(
-            f"| {side} | {a['docs']} | {a['steps']} | {a['update_ms']:.2f} | {b['update_ms']:.2f} "
-            f"| {a['masks_ms']:.2f} | {b['masks_ms']:.2f} | **{after / ahead:.1f}x** "
-            f"| {a['wall_s']:.1f} / {b['wall_s']:.1f} | {same} |"
-        )
+        first = runs[0][side]
+        for (label, _, _), run_ in zip(SIDES, runs, strict=True):
+            row = run_[side]
+            same = "yes" if row["answers"] == first["answers"] else "**no**"
+            rows.append(
+                f"| {side} | {label} | {row['update_ms']:.2f} | {row['masks_ms']:.2f} "
+                f"| **{row['update_ms'] + row['masks_ms']:.2f}** | {row['wall_s']:.1f} | {same} |"
+            )
     machine = common.machine()
+    steps = runs[0]["schema"]["steps"]
     write_table(
         "mask_ahead.md",
         "The grammar's work on vLLM's engine-core thread: masks filled after the step vs ahead (issue 28)",
         f"{machine['date']}, {machine['cores']} cores ({machine['cpu']}), vLLM {machine['vllm']}, the default model "
-        f"(SmolLM2-135M), vLLM's CPU backend in this process, the pool of {off['threads']} threads; {per_task} SNIPS "
-        "dev lines a task, the pipeline's first request, greedy, all at once; after a warm-up. Main-thread "
-        "milliseconds: `Scheduler.update_from_output` a step (with `EXTRACTOR_MASK_AHEAD=1` it starts the job that "
-        "advances the grammars and fills their next masks) and `grammar_bitmask` a call (with it, it waits for "
-        "that job and copies its rows). `python -m bench.mask_ahead`; one engine per side. On this machine the "
-        "model's forward pass takes most of each step either way (the wall seconds), so this shows what leaves "
-        "the thread, not what it is worth: on the H200 the GPU waits on that thread (`mask_fill.md`), and "
-        "`bench.mask_fill` with `EXTRACTOR_MASK_AHEAD=1` there measures it (`bench/gpu/README.md`).",
+        f"(SmolLM2-135M), vLLM's CPU backend in this process, the pool of {threads} threads; {per_task} SNIPS "
+        f"dev lines a task ({runs[0]['schema']['docs']} requests, all at once, about {steps} steps), the pipeline's "
+        "first request, greedy, after a warm-up; one engine per row. Main-thread milliseconds: "
+        "`Scheduler.update_from_output` a step (it advances the grammars; with `EXTRACTOR_MASK_AHEAD=1` it starts "
+        "the job that advances them and fills their next masks instead) and `grammar_bitmask` a call (with it, "
+        "it waits for that job and copies its rows). `python -m bench.mask_ahead`. On this machine the model's "
+        "forward pass takes most of each step (the wall seconds, which vary by 10-15 % from run to run), so this "
+        "shows what leaves the thread, not what it is worth: on the H200 the GPU waits on that thread "
+        "(`mask_fill.md`), and `bench.mask_fill` with `EXTRACTOR_MASK_AHEAD=1` there measures it "
+        "(`bench/gpu/README.md`). The CPU keeps vLLM's own fill (the pool's threads and the model's share the "
+        "cores).",
         [
             "grammar",
-            "requests",
-            "steps",
-            "update, after ms",
-            "update, ahead ms",
-            "masks, after ms",
-            "masks, ahead ms",
-            "main thread, after / ahead",
-            "wall s, after / ahead",
+            "masks",
+            "update ms",
+            "masks ms",
+            "grammar work on the thread, ms a step",
+            "wall s",
             "same answers",
         ],
         rows,
@@ -180,9 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         args.child.write_text(json.dumps(child(args.per_task, args.max_num_seqs)), encoding="utf-8")
         return 0
-    runs = [run(ahead, args.per_task, args.max_num_seqs, args.threads) for ahead in (False, True)]
-    common.save(RAW, {"machine": common.machine(), "per_task": args.per_task, "runs": runs})
-    render(runs, args.per_task)
+    runs = [run(args.threads if t is None else t, ahead, args.per_task, args.max_num_seqs) for _, t, ahead in SIDES]
+    common.save(RAW, {"machine": common.machine(), "per_task": args.per_task, "threads": args.threads, "runs": runs})
+    render(runs, args.per_task, args.threads)
     print(f"bench: {RESULTS / 'mask_ahead.md'}")
     return 0
 

@@ -19,7 +19,7 @@ call for it (other tokens) first waits for the job and takes the early token bac
 whose request vLLM did not advance is rolled back too. The next ``grammar_bitmask`` waits for the
 job and copies those rows; every other row is filled as before. Masks and answers are the same as
 without it (``tests/test_vllm_ahead.py``: step by step, and a real engine). On 2 cores the thread's
-grammar work went from 3.4 to 1.2 ms a step (schema) and from 4.5 to 1.2 ms (substring grammar),
+grammar work went from 3.8 to 1.3 ms a step (schema) and from 5.0 to 1.2 ms (substring grammar),
 63 requests at once (``bench/results/mask_ahead.md``).
 
 One difference: a token the grammar rejects (which its own mask never lets through) is found after
