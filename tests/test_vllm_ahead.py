@@ -46,6 +46,18 @@ class Scheduler:
         return {}
 
 
+def fresh() -> tuple[Any, Any]:
+    """A scheduler class and a grammar class of this test's own, for ``install`` to patch."""
+
+    class Sched(Scheduler):
+        pass
+
+    class Ours(guidance.GuidanceGrammar):  # type: ignore[misc,name-defined]
+        pass
+
+    return Sched, Ours
+
+
 def in_order(catalog: Catalog, name: str) -> str:
     """The answer with its keys in the schema's order (the grammar's)."""
     values = json.loads(ANSWERS[name])
@@ -89,19 +101,17 @@ def test_masks_filled_ahead_are_vllms_at_every_step(
     step (both as vLLM may do it): every step's masks are those of vLLM's own advance and fill."""
     hf, lt = tokenizers
 
-    class Ours(guidance.GuidanceGrammar):  # type: ignore[misc,name-defined]
-        pass
-
-    theirs, ours = requests_of(catalog, lt, guidance.GuidanceGrammar, 2), requests_of(catalog, lt, Ours, 2)
-    assert vllm_ahead.install(llguidance.LLExecutor(2), Scheduler, Ours, vllm_masks.constrained)
-    assert not vllm_ahead.install(llguidance.LLExecutor(2), Scheduler, Ours, vllm_masks.constrained)
+    scheduler_class, ours_class = fresh()
+    theirs, ours = requests_of(catalog, lt, guidance.GuidanceGrammar, 2), requests_of(catalog, lt, ours_class, 2)
+    assert vllm_ahead.install(llguidance.LLExecutor(2), scheduler_class, ours_class, vllm_masks.constrained)
+    assert not vllm_ahead.install(llguidance.LLExecutor(2), scheduler_class, ours_class, vllm_masks.constrained)
     names = {rid: rid.rsplit("-", 1)[0] for rid in ours}
     answers = {
         rid: [*hf.encode(in_order(catalog, n), add_special_tokens=False), lt.eos_token] for rid, n in names.items()
     }
     at = dict.fromkeys(ours, 0)
     mine = manager(lt, len(ours))
-    scheduler = Scheduler(mine, ours)
+    scheduler = scheduler_class(mine, ours)
     filled_ahead = 0
     for step in range(100):
         live = [rid for rid in ours if not ours[rid].is_finished()]
@@ -140,16 +150,14 @@ def test_a_rejected_token_is_named_and_the_request_stops_at_its_next(
 ) -> None:
     hf, lt = tokenizers
 
-    class Ours(guidance.GuidanceGrammar):  # type: ignore[misc,name-defined]
-        pass
-
-    vllm_ahead.install(llguidance.LLExecutor(2), Scheduler, Ours, vllm_masks.constrained)
-    ours = dict(list(requests_of(catalog, lt, Ours, 1).items())[:1])
+    scheduler_class, ours_class = fresh()
+    vllm_ahead.install(llguidance.LLExecutor(2), scheduler_class, ours_class, vllm_masks.constrained)
+    ours = dict(list(requests_of(catalog, lt, ours_class, 1).items())[:1])
     (rid,) = ours
     mine = manager(lt, 1)
     bad = hf.encode("hello", add_special_tokens=False)[:1]  # an answer opens with {
     with caplog.at_level("WARNING", logger="vllm.extractor_masks"):
-        Scheduler(mine, ours).update_from_output(
+        scheduler_class(mine, ours).update_from_output(
             SimpleNamespace(num_scheduled_tokens={rid: 1}),
             SimpleNamespace(sampled_token_ids=[bad], req_id_to_index={rid: 0}),
         )
@@ -222,3 +230,20 @@ def test_a_real_engine_filling_masks_ahead_answers_as_vllm_alone(
     for mine, theirs in zip(got[1::2], expected[1::2], strict=True):  # the grounded ones, with logprobs
         assert mine.token_ends == theirs.token_ends
         assert mine.token_logprobs == pytest.approx(theirs.token_logprobs, abs=1e-3)
+
+
+def test_a_vllm_whose_outputs_differ_keeps_its_own_way_and_says_so_once(
+    catalog: Catalog, tokenizers: tuple[Any, Any], patched: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    _, lt = tokenizers
+
+    scheduler_class, ours_class = fresh()
+    vllm_ahead.install(llguidance.LLExecutor(2), scheduler_class, ours_class, vllm_masks.constrained)
+    ours = requests_of(catalog, lt, ours_class, 1)
+    scheduler = scheduler_class(manager(lt, len(ours)), ours)
+    odd = SimpleNamespace(sampled_token_ids=[[1]], req_ids=list(ours))  # no req_id_to_index
+    with caplog.at_level("WARNING", logger="vllm.extractor_masks"):
+        for _ in range(2):
+            with pytest.raises(AttributeError):  # vLLM's own update meets it too
+                scheduler.update_from_output(SimpleNamespace(num_scheduled_tokens=dict.fromkeys(ours, 1)), odd)
+    assert caplog.text.count("not as expected") == 1

@@ -165,6 +165,7 @@ def install(pool: Any, scheduler_class: Any, grammar_class: Any, constrained: Ca
     if getattr(original_accept, "__extractor_ahead__", False):
         return False
     original_update = scheduler_class.update_from_output
+    broken: list[bool] = []  # set once start() failed: never tried again
 
     def accept_tokens(self: Any, request_id: str, tokens: list[int]) -> bool:
         ahead: Ahead | None = getattr(_current, "ahead", None)
@@ -183,12 +184,14 @@ def install(pool: Any, scheduler_class: Any, grammar_class: Any, constrained: Ca
     def update_from_output(self: Any, scheduler_output: Any, model_output: Any, *args: Any, **kwargs: Any) -> Any:
         manager = self.structured_output_manager
         take(manager)  # an earlier step's work no masks were asked for: settled before anything moves
-        try:
-            ahead = start(manager, self, scheduler_output, model_output, pool, grammar_class, constrained)
-        except Exception:  # another vLLM's objects: its own way, as without the plugin
-            log.warning("%s: this vLLM's step outputs are not as expected; masks filled after the step", ENV)
-            log.debug("the step's early work failed", exc_info=True)
-            ahead = None
+        ahead = None
+        if not broken:
+            try:
+                ahead = start(manager, self, scheduler_output, model_output, pool, grammar_class, constrained)
+            except Exception:  # another vLLM's objects: its own way from now on, as without the plugin
+                broken.append(True)
+                log.warning("%s: this vLLM's step outputs are not as expected; masks filled after each step", ENV)
+                log.debug("the step's early work failed", exc_info=True)
         _current.ahead = ahead
         try:
             return original_update(self, scheduler_output, model_output, *args, **kwargs)
