@@ -47,7 +47,7 @@ class Scheduler:
 
 
 def fresh() -> tuple[Any, Any]:
-    """A scheduler class and a grammar class of this test's own, for ``install`` to patch."""
+    """A scheduler class and a grammar class of this test's own, masks ahead installed on them (a pool of 2)."""
 
     class Sched(Scheduler):
         pass
@@ -55,6 +55,7 @@ def fresh() -> tuple[Any, Any]:
     class Ours(guidance.GuidanceGrammar):  # type: ignore[misc,name-defined]
         pass
 
+    assert vllm_ahead.install(llguidance.LLExecutor(2), Sched, Ours, vllm_masks.constrained)
     return Sched, Ours
 
 
@@ -100,10 +101,8 @@ def test_masks_filled_ahead_are_vllms_at_every_step(
     """Whole answers to the stop token; one grammar advanced by two tokens in one step, one not advanced in a
     step (both as vLLM may do it): every step's masks are those of vLLM's own advance and fill."""
     hf, lt = tokenizers
-
     scheduler_class, ours_class = fresh()
     theirs, ours = requests_of(catalog, lt, guidance.GuidanceGrammar, 2), requests_of(catalog, lt, ours_class, 2)
-    assert vllm_ahead.install(llguidance.LLExecutor(2), scheduler_class, ours_class, vllm_masks.constrained)
     assert not vllm_ahead.install(llguidance.LLExecutor(2), scheduler_class, ours_class, vllm_masks.constrained)
     names = {rid: rid.rsplit("-", 1)[0] for rid in ours}
     answers = {
@@ -149,9 +148,7 @@ def test_a_rejected_token_is_named_and_the_request_stops_at_its_next(
     catalog: Catalog, tokenizers: tuple[Any, Any], patched: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     hf, lt = tokenizers
-
     scheduler_class, ours_class = fresh()
-    vllm_ahead.install(llguidance.LLExecutor(2), scheduler_class, ours_class, vllm_masks.constrained)
     ours = dict(list(requests_of(catalog, lt, ours_class, 1).items())[:1])
     (rid,) = ours
     mine = manager(lt, 1)
@@ -236,9 +233,7 @@ def test_a_vllm_whose_outputs_differ_keeps_its_own_way_and_says_so_once(
     catalog: Catalog, tokenizers: tuple[Any, Any], patched: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     _, lt = tokenizers
-
     scheduler_class, ours_class = fresh()
-    vllm_ahead.install(llguidance.LLExecutor(2), scheduler_class, ours_class, vllm_masks.constrained)
     ours = requests_of(catalog, lt, ours_class, 1)
     scheduler = scheduler_class(manager(lt, len(ours)), ours)
     odd = SimpleNamespace(sampled_token_ids=[[1]], req_ids=list(ours))  # no req_id_to_index
