@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import re
 import statistics
@@ -81,6 +82,11 @@ async def measure(per_task: int) -> dict[str, Any]:
         }
         matched = max(1, round(statistics.mean(lengths["schema"].values())))
         report["matched_tokens"] = matched
+        # every constrained answer's length, as one digest per side: the same answers as another run's (greedy)
+        report["answer_lengths_digest"] = {
+            side: hashlib.sha256(json.dumps(sorted(found.items())).encode()).hexdigest()[:16]
+            for side, found in lengths.items()
+        }
         free_sides = {
             "free": free_at(matched),
             "free_schema": answer_lengths.free_as(lengths["schema"]),
@@ -124,6 +130,8 @@ def _summed(rows: list[dict[str, Any]]) -> dict[str, Any]:
     docs, seconds = sum(r["docs"] for r in rows), sum(r["seconds"] for r in rows)
     tokens = sum(r["completion_tokens"] for r in rows)
     summed = {"docs": docs, "seconds": seconds, "completion_tokens": tokens, "tok_s": tokens / seconds}
+    if all("valid" in r for r in rows):  # answers valid under the task's schema (constrained sides)
+        summed["valid"] = sum(r["valid"] for r in rows)
     if all("gpu_busy" in r for r in rows):  # weighted by each pass's seconds
         summed["gpu_busy"] = sum(r["gpu_busy"] * r["seconds"] for r in rows) / seconds
     return summed
