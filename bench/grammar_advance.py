@@ -20,7 +20,6 @@ grammars, tokenizer and pool are what vLLM's engine core holds.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -29,6 +28,8 @@ from typing import Any
 
 from bench import common
 from bench.common import write_table
+from bench.grammar_cost import ordered
+from bench.pipeline_cpu import shaped
 from extractor import Catalog
 from extractor.config import repo_root
 
@@ -53,10 +54,7 @@ def answers(per_task: int) -> list[tuple[Any, str, str]]:
     made = []
     for item in items:
         task = catalog.get(item.task)
-        keys = task.engine_schema["properties"]
-        firsts = {k: v[0] if isinstance(v, list) and v else v for k, v in item.expected.items()}  # gold: lists
-        values = {k: firsts[k] for k in keys if firsts.get(k) not in (None, "", [])}
-        made.append((task, item.text, json.dumps(values, ensure_ascii=False, separators=(",", ":"))))
+        made.append((task, item.text, ordered(task.engine_schema, shaped(task.engine_schema, item.expected))))
     return made
 
 

@@ -75,17 +75,16 @@ class Ahead:
     index: dict[int, int]  # id(grammar) -> its place in picked (its row of buffer)
     confirmed: set[int] = dataclasses.field(default_factory=set)  # vLLM advanced it by that very token
     stale: set[int] = dataclasses.field(default_factory=set)  # taken back (vLLM advanced it otherwise): no row
-    resolved: bool = False
 
     def rows(self) -> dict[str, int]:
         """Request id -> the row of ``buffer`` that holds its next mask."""
         return {request_id: n for n, (request_id, _, _) in enumerate(self.picked) if n not in self.stale}
 
     def settle(self) -> None:
-        """Wait for the job; take back what vLLM did not confirm, name what the grammar rejected. Main thread."""
-        if self.resolved:
-            return
-        self.resolved = True
+        """Wait for the job; take back what vLLM did not confirm, name what the grammar rejected. Main thread.
+
+        Once, by :func:`take`, which forgets the step's work as it settles it.
+        """
         accepted = self.job.result()
         for n, (request_id, grammar, token) in enumerate(self.picked):
             if n in self.stale:  # taken back already, and advanced by vLLM's own accept since
