@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import threading
 from collections.abc import AsyncIterator, Collection, Coroutine, Iterable, Sequence
 from contextlib import aclosing
@@ -140,6 +141,7 @@ class Extractor:
         grounding: GroundingPolicy | None = None,
         chunk: bool | None = None,
         grounded_decoding: bool | None = None,
+        reference_date: datetime.date | None = None,
     ) -> ExtractionResult: ...
 
     @overload
@@ -155,6 +157,7 @@ class Extractor:
         grounding: GroundingPolicy | None = None,
         chunk: bool | None = None,
         grounded_decoding: bool | None = None,
+        reference_date: datetime.date | None = None,
     ) -> M: ...
 
     async def aextract(
@@ -169,6 +172,7 @@ class Extractor:
         grounding: GroundingPolicy | None = None,
         chunk: bool | None = None,
         grounded_decoding: bool | None = None,
+        reference_date: datetime.date | None = None,
     ) -> ExtractionResult | M:
         """Extract one text. With ``output_type``, return the data as that pydantic model.
 
@@ -176,7 +180,9 @@ class Extractor:
         ``grounding`` (strict, flag or off); ``chunk`` (split a text too long for the model
         window into overlapping chunks instead of failing with TextTooLongError);
         ``grounded_decoding`` (True: constrain every grounded string field to spans of the
-        text while decoding; False: not even fields marked ``x-extractive``). ``task`` may be a
+        text while decoding; False: not even fields marked ``x-extractive``); ``reference_date``
+        (what a relative date in a typed value, "next Friday", is read against; None: today,
+        with a note in the result). ``task`` may be a
         :class:`Task` already looked up (the version a caller checked is the one that runs).
         """
         spec = task if isinstance(task, Task) else self.task(task)
@@ -187,6 +193,7 @@ class Extractor:
             grounding=grounding,
             chunk=chunk,
             grounded_decoding=grounded_decoding,
+            reference_date=reference_date,
         )
         result = await self.arun(spec, text, options=options)
         if output_type is not None:

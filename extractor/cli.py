@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import json
 import os
 import sys
@@ -109,8 +110,25 @@ def _add_settings(parser: argparse.ArgumentParser, *, serve: bool = False) -> No
         )
 
 
+def _reference_date(value: str) -> datetime.date:
+    try:
+        return datetime.date.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a date: write YYYY-MM-DD") from None
+
+
+def _add_reference_date(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--reference-date",
+        type=_reference_date,
+        help="YYYY-MM-DD that relative dates in typed values are read against (default: today)",
+    )
+
+
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grounding", choices=["strict", "flag", "off"])
+    parser.add_argument("--chunk", action=argparse.BooleanOptionalAction, help="chunk long texts (default: the task's)")
+    _add_reference_date(parser)
     parser.add_argument(
         "--grounded-decoding",
         action=argparse.BooleanOptionalAction,
@@ -175,6 +193,7 @@ def _cmd_extract(args: argparse.Namespace) -> int:
                 "grounding": args.grounding,
                 "chunk": args.chunk,
                 "grounded_decoding": args.grounded_decoding,
+                "reference_date": args.reference_date,
             }
             if document is not None and document.media_type != TEXT:
                 result = extractor.extract_document(args.task, document, **options)
@@ -348,6 +367,8 @@ def _row_options(args: argparse.Namespace, settings: Settings) -> dict[str, Any]
         "max_attempts": args.max_attempts,
         "grounding": args.grounding,
         "grounded_decoding": args.grounded_decoding,
+        "chunk": args.chunk,
+        "reference_date": args.reference_date,
     }
 
 
@@ -401,6 +422,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         "max_attempts": args.max_attempts,
         "grounding": args.grounding,
         "grounded_decoding": args.grounded_decoding,
+        "chunk": args.chunk,
+        "reference_date": args.reference_date,
     }
     with _engine_output_to_stderr():
         report, predictions = evaluation.run(
@@ -658,6 +681,7 @@ def build_parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         help="constrain grounded string fields to spans of the text while decoding (default: the task's setting)",
     )
+    _add_reference_date(extract)
     _add_settings(extract)
     extract.set_defaults(handler=_cmd_extract)
 

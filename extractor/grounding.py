@@ -56,6 +56,9 @@ class Span:
     end: int | None
     status: SpanStatus
     confidence: float | None = None
+    # A typed value read from this evidence (extractor.values), and its currency or unit.
+    normalized: Any = None
+    unit: str | None = None
 
 
 def scalar_leaves(data: Any, pointer: str = "") -> Iterator[tuple[str, Any]]:

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import datetime as dt
 import functools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from extractor import chunking, grounding
+from extractor import chunking, grounding, passages, values
 from extractor.catalog.budget import fit_window
 from extractor.catalog.prompting import render
 from extractor.catalog.tasks import ChunkSettings, Task, TaskSettings
@@ -28,7 +29,7 @@ from extractor.constraints.grounded_decoding import Constrained as Constraint
 from extractor.engines.base import Engine, Generation, GenerationRequest
 from extractor.errors import ChunkedExtractionFailed, ExtractionFailed, InputError, TextTooLongError
 from extractor.grounding import GroundingPolicy, Span
-from extractor.parsing import parse_and_validate, validate
+from extractor.parsing import Parsed, parse, parse_and_validate, validate
 from extractor.results import Attempt, ChunkModel, ExtractionResult, SpanModel, Usage
 from extractor.review import agreement, confidence
 from extractor.typed import TypedModel, build_value
@@ -55,6 +56,8 @@ class Options:
     top_p: float | None = None
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    # What a relative date in a typed value ("next Friday", "下周五") is read against (None: today, with a note).
+    reference_date: dt.date | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,7 @@ class Plan:
     top_p: float | None = None
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    reference_date: dt.date | None = None
 
 
 def asks_confidences(task: TaskSettings, default: bool) -> bool:
@@ -126,6 +130,7 @@ def plan(task: Task, options: Options, settings: Settings) -> Plan:
         top_p=options.top_p,
         seed=options.seed,
         stop=options.stop,
+        reference_date=options.reference_date,
     )
 
 
@@ -147,6 +152,8 @@ class Extracted:
     # Every non-null scalar's confidence by pointer; None: the engine gave no token probabilities.
     confidences: dict[str, float] | None = None
     calibrated: bool = False
+    # What the result should say: relative dates read against today, typed values left null and why.
+    notes: list[str] = field(default_factory=list)
 
 
 def served(task: Task, settings: Settings) -> Task:
@@ -184,6 +191,8 @@ async def run(
     pieces = split_for(task, text, p, engine) if p.chunking is not None else None
     if pieces is None:
         extracted = await extract_text(task, text, p, engine)
+    elif p.chunking is not None and p.chunking.by_field:
+        extracted = await _extract_by_field(task, pieces, p, engine)
     else:
         extracted = await _extract_chunks(task, pieces, p, engine)
     return _result(task, extracted, engine, started, typed, notes=[clamped] if clamped else [])
@@ -213,9 +222,10 @@ def fitted(task: Task, text: str, p: Plan, engine: Engine) -> tuple[Plan, str | 
 async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk: int | None = None) -> Extracted:
     """The attempt loop on one text (a whole document or one chunk; ``chunk`` tags its attempts)."""
     constrained = None
+    decoded = decoded_schema(task)
     if p.grounded_decoding is not False:
         constrained = grounded_decoding.constrain(
-            task.schema,
+            decoded,
             text,
             everywhere=p.grounded_decoding is True,
             max_words=p.grounded_max_words,
@@ -233,6 +243,8 @@ async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk:
     last_value: Any = None
     last_spans: list[Span] = []
     last_scores: Scores | None = None
+    last_problems: dict[str, str] = {}
+    notes: list[str] = []
     budget, cut = p.max_tokens, False
     for number in range(1, p.max_attempts + 1):
         messages = render(task, text, feedback=feedback, previous=previous)
@@ -268,14 +280,16 @@ async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk:
         )
         t0 = time.perf_counter()
         generation = await engine.generate(request)
-        parsed = parse_and_validate(generation.text, task.validator)
-        errors = list(parsed.errors)
+        answer = read_answer(task, generation.text, p)
+        parsed = answer.parsed
+        errors = [*parsed.errors, *answer.problems.values()]
+        notes = answer.notes
         if errors and grammar is not None and parsed.repaired and generation.finish_reason != "length":
             # Under the substring grammar a cut answer that was not cut by max_tokens means the
             # grammar left no token to go on with (llguidance masks to EOS, silently): decode the
             # next attempts without it rather than meet the same wall three times.
             constrained = grounded_decoding.without_grammar(
-                task.schema,
+                decoded,
                 text,
                 everywhere=p.grounded_decoding is True,
                 why=f"the substring grammar ended attempt {number} early ({generation.text[-40:]!r})",
@@ -288,7 +302,7 @@ async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk:
             errors.insert(0, f"the answer was cut off at {budget} tokens: give shorter values")
         spans: list[Span] = []
         if not errors and p.grounding != "off":
-            spans = grounding.locate(text, parsed.value, skip=task.ungrounded)
+            spans = answer.spans(text, task.ungrounded)
             if p.grounding == "strict":
                 errors.extend(grounding.missing_messages(spans, text))
         attempts.append(
@@ -306,21 +320,76 @@ async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk:
         )
         scored = scores(task, generation, parsed.value) if not errors or (parsed.ok and not cut) else None
         if not errors:
-            return _scored(Extracted(parsed.value, spans, [], attempts, fields, decoding=constrained), scored)
+            extracted = Extracted(parsed.value, spans, [], attempts, fields, decoding=constrained, notes=notes)
+            return _scored(extracted, scored)
         if parsed.ok and not cut:
-            last_value, last_spans, last_scores = parsed.value, spans, scored
+            last_value, last_scores, last_problems = parsed.value, scored, answer.problems
+            last_spans = spans if spans or p.grounding == "off" else answer.spans(text, task.ungrounded)
         feedback, previous = errors, generation.text
-    if p.grounding == "strict" and last_value is not None and not validate(task.validator, last_value):
-        # Valid but for values not in the text as written: drop those, keep the rest if still valid.
-        missing = [s for s in last_spans if s.status in grounding.UNGROUNDED]
-        pruned = remove_values(last_value, [s.path for s in missing])
-        if not validate(task.validator, pruned):
-            kept = grounding.locate(text, pruned, skip=task.ungrounded)
-            if last_scores is not None:
-                last_scores = replace(last_scores, values=confidence.follow(last_value, pruned, last_scores.values))
-            extracted = Extracted(pruned, kept, missing, attempts, fields, decoding=constrained)
-            return _scored(extracted, last_scores)
+    if last_value is not None:
+        # Valid but for typed values whose evidence could not be read (nulled, with a note) and, under
+        # strict grounding, values not in the text as written (dropped): keep the rest if still valid.
+        readable = remove_values(last_value, list(last_problems))
+        missing = [s for s in last_spans if s.status in grounding.UNGROUNDED] if p.grounding == "strict" else []
+        if (last_problems or missing) and not validate(task.validator, readable):
+            pruned = remove_values(readable, [s.path for s in missing])
+            if not validate(task.validator, pruned):
+                kept = [s for s in last_spans if s.status not in grounding.UNGROUNDED and s.path not in last_problems]
+                if last_scores is not None:
+                    last_scores = replace(last_scores, values=confidence.follow(last_value, pruned, last_scores.values))
+                left = [f"{why}; left null after {len(attempts)} attempt(s)" for why in last_problems.values()]
+                extracted = Extracted(
+                    pruned, kept, missing, attempts, fields, decoding=constrained, notes=[*notes, *left]
+                )
+                return _scored(extracted, last_scores)
     raise ExtractionFailed(task.name, attempts)
+
+
+@functools.lru_cache(maxsize=256)
+def decoded_schema(task: Task) -> Any:
+    """The schema the model answers in: the task's, with typed value fields as their evidence (strings)."""
+    return values.evidence_schema(task.schema) if task.values else task.schema
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One attempt's answer read: parsed and typed, its schema errors, and the typed values' problems."""
+
+    parsed: Parsed  # ``value``: the data with typed values; ``errors``: schema errors but at ``problems``
+    evidence: Any  # the answer as the model wrote it (typed values as their words)
+    typed: dict[str, values.Typed] = field(default_factory=dict)
+    problems: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def spans(self, text: str, skip: frozenset[str]) -> list[Span]:
+        """Each grounded string's span, found by its evidence, with the typed value read from it."""
+        found = grounding.locate(text, self.evidence, skip=skip)
+        if not self.typed:
+            return found
+        return [
+            replace(s, normalized=self.typed[s.path].value, unit=self.typed[s.path].unit) if s.path in self.typed else s
+            for s in found
+        ]
+
+
+def read_answer(task: Task, raw: str, p: Plan) -> Answer:
+    """Parse (repairing), type the value fields from their evidence, validate against the task schema."""
+    if not task.values:
+        parsed = parse_and_validate(raw, task.validator)
+        return Answer(parsed, parsed.value)
+    first = parse(raw)
+    if not first.ok:
+        return Answer(first, None)
+    ctx = values.Context(
+        languages=task.settings.languages, date_order=task.settings.date_order, reference_date=p.reference_date
+    )
+    applied = values.apply(first.value, task.values, ctx)
+    # A value that could not be read has its own line; the schema's complaint at it would say less.
+    errors = [
+        e for e in validate(task.validator, applied.data) if not any(e.startswith(f"{q}:") for q in applied.problems)
+    ]
+    parsed = Parsed(value=applied.data, repaired=first.repaired, errors=tuple(errors))
+    return Answer(parsed, first.value, applied.typed, applied.problems, list(applied.notes))
 
 
 @dataclass(frozen=True)
@@ -435,6 +504,7 @@ async def _extract_chunks(task: Task, pieces: Sequence[Chunk], p: Plan, engine: 
     modes = [d.decoding for d in done if isinstance(d, Extracted) and d.decoding is not None]
     weakest = max(modes, key=lambda c: _STRENGTH.index(c.mode), default=None)
     extracted = Extracted(merged.data, merged.spans, merged.removed, attempts, tuple(fields), list(pieces), weakest)
+    extracted.notes = list(dict.fromkeys(n for d in done if isinstance(d, Extracted) for n in d.notes))
     scored = [d for d in done if isinstance(d, Extracted) and d.confidences is not None]
     if scored:
         # Merged by pointer through the spans: a long text's confidences are its strings'.
@@ -444,6 +514,25 @@ async def _extract_chunks(task: Task, pieces: Sequence[Chunk], p: Plan, engine: 
 
 
 _STRENGTH = ("grammar", "enum", "posthoc")
+
+
+async def _extract_by_field(task: Task, pieces: Sequence[Chunk], p: Plan, engine: Engine) -> Extracted:
+    """Each top-level field from its best passages (see :mod:`extractor.passages`)."""
+
+    async def one(narrowed: Task, chunk: Chunk, index: int) -> Extracted:
+        return await extract_text(narrowed, chunk.text, p, engine, chunk=index)
+
+    data, spans, attempts, notes, scored = await passages.read_by_field(task, pieces, one)
+    attempts.sort(key=lambda a: (a.chunk or 0, a.number))
+    problems = validate(task.validator, data)
+    if problems:
+        raise ChunkedExtractionFailed(
+            task.name, attempts, reason=f"the fields read by passage break the schema: {'; '.join(problems[:3])}"
+        )
+    extracted = Extracted(data, spans, [], attempts, (), list(pieces), notes=notes)
+    if scored:
+        extracted.confidences, extracted.calibrated = scored, False
+    return extracted
 
 
 def remove_values(data: Any, pointers: list[str]) -> Any:
@@ -495,6 +584,7 @@ def _result(
         notes=[
             *notes,
             *([extracted.decoding.note] if extracted.decoding is not None and extracted.decoding.note else []),
+            *extracted.notes,
         ],
         confidences={wrapping.unwrap_pointer(k, key): v for k, v in (extracted.confidences or {}).items()},
         confidence=confidence.lowest(extracted.confidences) if extracted.confidences is not None else None,

@@ -70,7 +70,9 @@ class SpanModel(BaseModel):
     """Where one extracted string sits in the source text (code-point offsets)."""
 
     path: str = Field(description="JSON pointer of the value in `data`")
-    value: str
+    value: str = Field(
+        description="the value as the text states it; for a typed value (a date, a number): its evidence"
+    )
     start: int | None
     end: int | None
     status: Literal["exact", "normalized", "fuzzy", "missing"] = Field(
@@ -85,6 +87,14 @@ class SpanModel(BaseModel):
     )
     location: LocationModel | None = Field(
         default=None, description="for a document: where the span sits in it (null for a plain text, or not found)"
+    )
+    normalized: str | int | float | None = Field(
+        default=None,
+        description="a typed value read from the evidence in `value` (as `data` holds it: a date as YYYY-MM-DD, "
+        "a duration as ISO 8601, a number); null for a value copied as is",
+    )
+    unit: str | None = Field(
+        default=None, description="the currency (ISO 4217) or unit of a typed number, when the evidence names one"
     )
 
 

@@ -29,6 +29,7 @@ tuples dump as tuples (``mode="json"`` gives lists).
 from __future__ import annotations
 
 import builtins
+import datetime
 import keyword
 import re
 import types
@@ -45,6 +46,9 @@ _LITERAL: Any = Literal
 _UNION: Any = Union
 _ROOT_MODEL: Any = RootModel
 _NUMBER: Any = float | int
+# Typed values (extractor.values) arrive as ISO strings; their models hold Python's date types. A
+# duration stays its ISO 8601 string (P2Y: years and months are no timedelta).
+_FORMATS: dict[str, Any] = {"date": datetime.date, "date-time": datetime.datetime, "time": datetime.time}
 _SCALARS: dict[str, Any] = {"string": str, "integer": int, "number": _NUMBER, "boolean": bool, "null": type(None)}
 
 # Keywords with no pydantic counterpart: warned about, the rest of the schema types the value.
@@ -282,6 +286,8 @@ class _Builder:
             return self._object(node, pointer, hint, fixed)
         if kind == "array":
             return self._array(node, pointer, hint)
+        if kind == "string" and node.get("format") in _FORMATS:
+            return _FORMATS[node["format"]]
         if kind in _SCALARS:
             return _SCALARS[kind]
         self._warn(f"{pointer}/type: unknown type {kind!r}; typed as Any")

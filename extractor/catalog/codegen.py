@@ -13,6 +13,7 @@ Constructs the typed model could not type precisely are typed ``Any`` and listed
 
 from __future__ import annotations
 
+import datetime
 import inspect
 import types
 import typing
@@ -33,7 +34,8 @@ def render_module(task: Task, *, typed: TypedModel | None = None) -> str:
     classes = list(_classes(typed.model))
     body = [line for cls in classes for line in ("", "", *_class_source(cls))]
     used = {name for cls in classes for annotation in _annotations(cls) for name in _typing_names(annotation)}
-    typing_names = sorted(used)
+    typing_names = sorted(used - set(_DATETIME))
+    datetime_names = sorted(used & set(_DATETIME))
     pydantic_names = ["BaseModel", "ConfigDict", "Field", "RootModel"]
     if not any(issubclass(c, RootModel) for c in classes):
         pydantic_names.remove("RootModel")
@@ -53,7 +55,8 @@ def render_module(task: Task, *, typed: TypedModel | None = None) -> str:
         "",
         "from __future__ import annotations",
         "",
-        *([f"from typing import {', '.join(typing_names)}", ""] if typing_names else []),
+        *([f"from datetime import {', '.join(datetime_names)}"] if datetime_names else []),
+        *([f"from typing import {', '.join(typing_names)}", ""] if typing_names else [""] if datetime_names else []),
         f"from pydantic import {', '.join(pydantic_names)}",
         "",
         f"TASK = {task.name!r}",
@@ -113,6 +116,8 @@ def _typing_names(annotation: Any) -> set[str]:
         return {"Literal"}
     if origin in (Union, types.UnionType, list, dict, tuple):
         return {name for arg in typing.get_args(annotation) for name in _typing_names(arg)}
+    if annotation in _DATETIME.values():
+        return {annotation.__name__}
     simple = annotation is None or isinstance(annotation, (type, ForwardRef))
     return set() if simple and annotation is not Any else {"Any"}
 
@@ -151,6 +156,9 @@ def _docstring(cls: type[BaseModel]) -> list[str]:
         return []
     text = doc.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
     return [f'    """{text}"""', ""]
+
+
+_DATETIME = {"date": datetime.date, "datetime": datetime.datetime, "time": datetime.time}
 
 
 def _annotation(annotation: Any) -> str:

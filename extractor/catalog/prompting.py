@@ -27,6 +27,7 @@ Worked examples are the task's pool's nearest to the text when it has a pool
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,6 +35,7 @@ from extractor.catalog.tasks import Task
 from extractor.catalog.templating import compact_json
 from extractor.engines.base import Message
 from extractor.examples.pool import Example
+from extractor.values import evidence
 
 DEFAULT_SYSTEM = (
     "You extract structured data from text. Answer with one JSON object that follows the "
@@ -104,8 +106,16 @@ def _turns(task: Task, examples: Sequence[Example]) -> list[Message]:
         shown = example.text if task.instruction_only else render_instruction(task, example.text)
         shown += hints_block(task, example.text, without=example.output)
         messages.append({"role": "user", "content": shown})
-        messages.append({"role": "assistant", "content": compact_json(example.output)})
+        messages.append({"role": "assistant", "content": _answer(task, example.text, compact_json(example.output))})
     return messages
+
+
+@functools.lru_cache(maxsize=4096)
+def _answer(task: Task, text: str, output: str) -> str:
+    """A worked example's answer as the model gives it: typed values as the words of the text that state them."""
+    if not task.values:
+        return output
+    return compact_json(evidence.as_evidence(text, json.loads(output), task.values))
 
 
 def render(

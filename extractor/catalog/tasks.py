@@ -19,7 +19,7 @@ import jsonschema
 from jsonschema.protocols import Validator
 from jsonschema.validators import Draft202012Validator
 
-from extractor import grounding
+from extractor import grounding, values
 from extractor.catalog import limits, templating
 from extractor.config import MAX_ATTEMPTS_LIMIT, GrammarBackend
 from extractor.constraints import decoding, grounded_decoding, task_schema
@@ -30,6 +30,7 @@ from extractor.review import calibration
 from extractor.review.calibration import Calibration
 from extractor.training.manifest import MANIFEST, AdapterError, check_task
 from extractor.typed import TypedModel, model_for_schema
+from extractor.values import ValueField
 
 TASK_NAME = re.compile(r"^[a-z0-9_-]{1,64}$")
 PROMPT_SUFFIXES = (".j2", ".jinja", ".jinja2", ".md", ".txt")
@@ -50,6 +51,9 @@ _SETTINGS_SCHEMA: dict[str, Any] = {
         "grounded_decoding": {"type": "boolean"},
         # each value's confidence from its tokens' logprobs (default: the global EXTRACTOR_CONFIDENCES)
         "confidences": {"type": "boolean"},
+        # how typed values' evidence is read (extractor.values): dateparser's languages, day/month order
+        "languages": {"type": "array", "items": {"type": "string", "minLength": 2}},
+        "date_order": {"enum": ["DMY", "MDY", "YMD"]},
         # a LoRA adapter: a folder under the catalog root, false for none (default: adapters/<task>/ if there)
         "adapter": {"type": ["string", "boolean"], "minLength": 1},
         "adapter_examples": {"type": "boolean"},  # show worked examples to the adapter too (default: no)
@@ -68,6 +72,7 @@ _SETTINGS_SCHEMA: dict[str, Any] = {
             "properties": {
                 "max_chars": {"type": "integer", "minimum": 100},
                 "overlap": {"type": "integer", "minimum": 0},
+                "by_field": {"type": "boolean"},  # each field from its own best passages (extractor.passages)
             },
         },
         "review": {  # send results less confident than `below` to the review queue
@@ -107,6 +112,8 @@ class ChunkSettings:
 
     max_chars: int | None = None
     overlap: int | None = None
+    # Read each top-level field from the passages most about it, instead of merging whole answers.
+    by_field: bool = False
 
 
 @dataclass(frozen=True)
@@ -141,6 +148,9 @@ class TaskSettings:
     # Ask vLLM for each token's logprob, what confidences are made of (None: the global setting). False
     # saves what vLLM charges for them (on an H200 `extractor batch` 0.84 -> 1.09 of raw vLLM).
     confidences: bool | None = None
+    # Typed values' evidence (extractor.values): the languages it is in (empty: detected), day/month order.
+    languages: tuple[str, ...] = ()
+    date_order: Literal["DMY", "MDY", "YMD"] | None = None
 
     @property
     def unenforced_allowed(self) -> bool:
@@ -184,6 +194,9 @@ class Task:
     version: str = ""
     # The map from raw to calibrated confidence (``calibration/<task>.json``, ``extractor calibrate``).
     calibration: Calibration | None = None
+    # Typed value fields by field path (extractor.values): the model answers their evidence, the
+    # service reads the typed value from it; ``engine_schema`` is then the evidence schema.
+    values: Mapping[str, ValueField] = field(default_factory=dict)
 
     @property
     def uses_pool(self) -> bool:
@@ -322,6 +335,7 @@ def load_task(
         warnings=tuple(warnings),
         engine_schema=checked.engine_schema,
         typed=checked.typed,
+        values=checked.values,
         pool=pool,
         instruction_only=instruction_only,
         source_schema=source,
@@ -364,6 +378,7 @@ class _Checked:
     engine_schema: dict[str, Any]
     prepared: task_schema.TaskSchema
     as_written: tuple[Validator, frozenset[str]]  # the validator and ungrounded paths of unwrapped values
+    values: dict[str, ValueField]
 
 
 def _check_all(where: str, source: dict[str, Any], name: str, backend: GrammarBackend) -> _Checked:
@@ -378,16 +393,29 @@ def _check_all(where: str, source: dict[str, Any], name: str, backend: GrammarBa
     typed, typed_warnings = _build_typed(where, prepared.meaning or schema, name)
     warnings += typed_warnings
     ungrounded = grounding.ungrounded_paths(schema)
-    # Examples are written as the schema describes them (unwrapped) and shown as decoded.
-    as_written = task_schema.as_written(prepared, ungrounded)
+    typed_values = values.value_fields(schema)
+    warnings += [f"{where}: {w}" for w in values.check_settings(schema, typed_values)]
+    # Examples are written as the schema describes them (unwrapped) and shown as decoded; their
+    # typed values are checked by the schema, not looked for verbatim (the text states them in words).
+    as_written = task_schema.as_written(prepared, ungrounded | frozenset(typed_values))
     _check_examples(where, examples, *as_written)
     examples = task_schema.wrap_examples(prepared, examples)
-    engine_schema = decoding.engine_schema(schema)
+    # Value fields are decoded as their evidence: the model copies the words, the service types them.
+    engine_schema = decoding.engine_schema(values.evidence_schema(schema) if typed_values else schema)
     warnings += limits.check_compiles(
         where, engine_schema, backend=backend, allow_unenforced=settings.unenforced_allowed
     )
     return _Checked(
-        settings, examples, tuple(warnings), typed, prepared.validator, ungrounded, engine_schema, prepared, as_written
+        settings,
+        examples,
+        tuple(warnings),
+        typed,
+        prepared.validator,
+        ungrounded,
+        engine_schema,
+        prepared,
+        as_written,
+        typed_values,
     )
 
 
@@ -416,6 +444,7 @@ def task_from_schema(name: str, schema: dict[str, Any], *, where: str, backend: 
         warnings=checked.warnings,
         engine_schema=checked.engine_schema,
         typed=checked.typed,
+        values=checked.values,
         instruction_only=True,
         source_schema=schema,
         draft=checked.prepared.draft.name,
@@ -529,6 +558,8 @@ def _read_settings(where: str, schema: Mapping[str, Any]) -> tuple[TaskSettings,
         raise TaskError(where, _pointer([SETTINGS_KEY, *error.path]), error.message)
     examples = tuple(Example(text=e["text"], output=e["output"]) for e in raw.get("examples", []))
     values = {k: v for k, v in raw.items() if k not in ("examples", "chunking", "examples_from_pool", "review")}
+    if "languages" in raw:
+        values["languages"] = tuple(raw["languages"])
     if "review" in raw:
         values["review"] = ReviewSettings(below=float(raw["review"]["below"]))
     from_pool = raw.get("examples_from_pool", True)
@@ -538,9 +569,10 @@ def _read_settings(where: str, schema: Mapping[str, Any]) -> tuple[TaskSettings,
     chunking = raw.get("chunking", False)
     if isinstance(chunking, dict):
         size, overlap = chunking.get("max_chars"), chunking.get("overlap")
+        by_field = bool(chunking.get("by_field", False))
         if size is not None and overlap is not None and overlap * 2 > size:
             raise TaskError(where, f"#/{SETTINGS_KEY}/chunking/overlap", "overlap must be at most half of max_chars")
-        values["chunking"] = ChunkSettings(max_chars=size, overlap=overlap)
+        values["chunking"] = ChunkSettings(max_chars=size, overlap=overlap, by_field=by_field)
     elif chunking:
         values["chunking"] = ChunkSettings()
     if raw.get("confidences") is False and "review" in raw:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import json
 import signal
 import time
@@ -62,6 +63,8 @@ class BatchConfig:
     max_attempts: int | None = None
     grounding: GroundingPolicy | None = None
     grounded_decoding: bool | None = None
+    chunk: bool | None = None
+    reference_date: dt.date | None = None  # lines without their own reference_date
 
 
 class RowOptions(Protocol):
@@ -79,6 +82,10 @@ class RowOptions(Protocol):
     def grounding(self) -> GroundingPolicy | None: ...
     @property
     def grounded_decoding(self) -> bool | None: ...
+    @property
+    def chunk(self) -> bool | None: ...
+    @property
+    def reference_date(self) -> dt.date | None: ...
 
 
 @dataclass(frozen=True)
@@ -231,6 +238,8 @@ async def extract_row(extractor: Extractor, config: RowOptions, row: Row) -> dic
                 max_attempts=config.max_attempts,
                 grounding=config.grounding,
                 grounded_decoding=config.grounded_decoding,
+                chunk=config.chunk,
+                reference_date=row.reference_date or config.reference_date,
             )
             result = await extractor.aextract_document(config.task, row.document, options=options)
         else:
@@ -242,6 +251,8 @@ async def extract_row(extractor: Extractor, config: RowOptions, row: Row) -> dic
                 max_attempts=config.max_attempts,
                 grounding=config.grounding,
                 grounded_decoding=config.grounded_decoding,
+                chunk=config.chunk,
+                reference_date=row.reference_date or config.reference_date,
             )
     except ExtractionFailed as error:
         attempts = [a.model_dump(mode="json") for a in error.attempts]

@@ -150,7 +150,11 @@ async def predict(extractor: Extractor, item: GoldItem, options: Mapping[str, An
         raise
     except ExtractorError as failed:
         error = str(failed)
-    counts = compare(item.expected, result.data if result is not None else None)
+    try:
+        typed = extractor.task(item.task).values
+    except ExtractorError:  # an unknown task: its error is the prediction's already
+        typed = {}
+    counts = compare(item.expected, result.data if result is not None else None, typed=typed)
     scored = [(m.confidence, m.right) for m in fitting.marks(item.expected, result)] if result is not None else []
     return Prediction(item, result, attempts, error, counts, scored)
 

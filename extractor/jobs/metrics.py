@@ -16,6 +16,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from extractor import values
+from extractor.values import ValueField
+
 Leaf = tuple[str, str]  # (field path, normalized value)
 
 
@@ -93,16 +96,40 @@ class Counts:
         }
 
 
-def compare(expected: Any, predicted: Any) -> dict[str, Counts]:
-    """Counts per field path for one document (``predicted`` None: nothing predicted)."""
-    gold = Counter(leaves(expected))
-    pred = Counter(leaves(predicted)) if predicted is not None else Counter()
+def compare(expected: Any, predicted: Any, *, typed: Mapping[str, ValueField] | None = None) -> dict[str, Counts]:
+    """Counts per field path for one document (``predicted`` None: nothing predicted).
+
+    ``typed``: the task's value fields; their values compare as typed (``May 20, 2014`` and
+    ``2014-05-20`` are one date, ``3 years`` and ``P3Y`` one duration).
+    """
+    gold = Counter(leaves(_typed(expected, typed)))
+    pred = Counter(leaves(_typed(predicted, typed))) if predicted is not None else Counter()
     per_field: dict[str, Counts] = {}
     for leaf in gold.keys() | pred.keys():
         matched = min(gold[leaf], pred[leaf])
         counts = per_field.setdefault(leaf[0], Counts())
         counts += Counts(tp=matched, fp=pred[leaf] - matched, fn=gold[leaf] - matched)
     return per_field
+
+
+def _typed(data: Any, fields: Mapping[str, ValueField] | None) -> Any:
+    if not fields or data is None:
+        return data
+    as_text = values.apply(_strings(data, fields), dict(fields), values.Context())
+    return as_text.data
+
+
+def _strings(data: Any, fields: Mapping[str, ValueField], pointer: str = "") -> Any:
+    """``data`` with the typed fields' values as text, so a label written either way is read the same."""
+    if isinstance(data, Mapping):
+        return {
+            k: _strings(v, fields, f"{pointer}/{str(k).replace('~', '~0').replace('/', '~1')}") for k, v in data.items()
+        }
+    if isinstance(data, list):
+        return [_strings(v, fields, pointer) for v in data]
+    if pointer in fields and data is not None and not isinstance(data, bool):
+        return str(data)
+    return data
 
 
 def total(per_field: Mapping[str, Counts]) -> Counts:

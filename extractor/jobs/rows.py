@@ -6,6 +6,7 @@ fix, so a batch writes exactly one record per input line.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ class Row:
     id: RowId
     text: str
     document: Path | None = None
+    # What a relative date in a typed value is read against (the line's ``reference_date``).
+    reference_date: dt.date | None = None
 
 
 @dataclass(frozen=True)
@@ -111,7 +114,13 @@ def parse_line(raw: bytes, number: int, *, text_field: str, id_field: str, max_c
             "text_too_long",
             f"text has {len(text)} characters, over the limit of {max_chars} (--max-chars)",
         )
-    return Row(number, row_id, text)
+    reference = value.get("reference_date")
+    if reference is None:
+        return Row(number, row_id, text)
+    try:
+        return Row(number, row_id, text, reference_date=dt.date.fromisoformat(str(reference)))
+    except ValueError:
+        return BadRow(number, row_id, "bad_reference_date", f"reference_date {reference!r} is not a date (YYYY-MM-DD)")
 
 
 def document_files(folder: Path) -> list[Path]:

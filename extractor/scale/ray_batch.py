@@ -19,6 +19,7 @@ Ray is imported here only (``pip install 'extractor[ray]'``).
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import os
 import re
@@ -78,6 +79,8 @@ class RayBatchConfig:
     max_attempts: int | None = None
     grounding: GroundingPolicy | None = None
     grounded_decoding: bool | None = None
+    chunk: bool | None = None
+    reference_date: dt.date | None = None
 
     @property
     def rows_per_call(self) -> int:

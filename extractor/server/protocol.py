@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as _dt
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -44,6 +45,19 @@ class ExtractOptions(BaseModel):
     grounded_decoding: bool | None = Field(
         default=None, description="decode grounded string fields as spans of the text (None: the task's setting)"
     )
+    reference_date: _dt.date | None = Field(
+        default=None,
+        strict=False,  # JSON has no date type: YYYY-MM-DD strings are read as dates
+        description="what a relative date in a typed value ('next Friday', '下周五') is read against, YYYY-MM-DD "
+        "(None: today's date, and the result says so in a note)",
+    )
+
+    @field_validator("reference_date", mode="before")
+    @classmethod
+    def _iso_date(cls, value: Any) -> Any:
+        if value is not None and not isinstance(value, str | _dt.date):
+            raise ValueError("write the reference date as a string, YYYY-MM-DD")
+        return value
 
 
 class DocumentIn(BaseModel):

@@ -370,6 +370,7 @@ class Service:
             grounding=options.grounding,
             chunk=options.chunk,
             grounded_decoding=options.grounded_decoding,
+            reference_date=options.reference_date,
         )
         # the task looked up once per request: a reload mid-request does not change its version
         return await self._run_task(spec, text, overrides, label=spec.name, deadline=deadline)

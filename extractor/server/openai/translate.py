@@ -171,6 +171,7 @@ def plan(body: ChatCompletionRequest, *, catalog: dict[str, Task], engine_model:
         grounding=extra.grounding if extra else None,
         chunk=extra.chunk if extra else None,
         grounded_decoding=extra.grounded_decoding if extra else None,
+        reference_date=extra.reference_date if extra else None,
         top_p=body.top_p,
         seed=body.seed,
         stop=_stops(body.stop),

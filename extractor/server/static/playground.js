@@ -327,13 +327,19 @@
     state.crossing = crossing;
   }
 
+  // A typed value (a date, a number) read from the highlighted evidence: shown beside it.
+  function typedOf(span) {
+    if (span.normalized === null || span.normalized === undefined) return "";
+    return ` → ${JSON.stringify(span.normalized)}${span.unit ? " " + span.unit : ""}`;
+  }
+
   function mark(span) {
     const field = fieldOf(span.path);
     const node = el("mark", {
       class: `${colourOf(field)} ${span.status}`,
       "data-path": span.path,
       "data-field": field,
-      title: `${span.path} (${span.status})`,
+      title: `${span.path} (${span.status})${typedOf(span)}`,
       tabIndex: 0,
     });
     node.addEventListener("mouseenter", (event) => {
@@ -396,7 +402,7 @@
       "data-path": span.path,
       "data-field": field,
       "data-page": String(rect.page),
-      title: `${span.path}: ${JSON.stringify(span.value)} (page ${rect.page})`,
+      title: `${span.path}: ${JSON.stringify(span.value)}${typedOf(span)} (page ${rect.page})`,
       tabIndex: 0,
     });
     // CSSOM, not a style attribute: the page's policy allows no inline style

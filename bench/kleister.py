@@ -1,0 +1,229 @@
+"""Real contracts (issue 47): Kleister-NDA's EDGAR PDFs through the documents path, Kleister's own metric.
+
+    python -m bench.kleister                       # dev split, every document, the task as shipped
+    python -m bench.kleister --limit 20 --mode merge --label merge20
+
+The task is `bench/tasks/kleister_nda/` (a schema and a prompt, no code): parties as written, the
+effective date and the term typed from their evidence (extractor.values), the governing law as
+written, long documents read field by field (extractor.passages). The data stays in
+``../shared/eval/kleister_nda`` (never copied here).
+
+Kleister's metric (its README): F1 over ``key=value`` pairs, values upper-cased with spaces as
+``_``, summed over documents. A result becomes Kleister's format the way a user would write it:
+a date as it is (ISO), a duration in words of its unit (``P3Y`` -> ``3 years``), commas dropped from
+names, and a leading "State of" / "Commonwealth of" dropped from the governing law.
+
+Results: ``bench/results/kleister.md`` and ``kleister.json`` (one section per ``--label``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import resource
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from bench.common import RESULTS, save
+from extractor import Catalog, Extractor, Settings, documents
+from extractor.errors import ExtractorError
+from extractor.pipeline import Options
+from extractor.values import Context, ValueField
+from extractor.values.durations import words
+from extractor.values.evidence import find
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "eval" / "kleister_nda"
+TASK_ROOT = Path(__file__).resolve().parent / "tasks" / "kleister_nda"
+KEYS = ("party", "effective_date", "jurisdiction", "term")
+_PLACE = re.compile(r"^(?:the\s+)?(?:state|commonwealth|province|laws?)\s+of\s+(?:the\s+)?", re.IGNORECASE)
+
+
+def kleister_pairs(data: dict[str, Any]) -> set[str]:
+    """A result (or a gold ``expected``) as Kleister's ``key=VALUE`` pairs."""
+    pairs: set[str] = set()
+    for key in KEYS:
+        value = data.get(key)
+        values = value if isinstance(value, list) else [value]
+        for item in values:
+            if item is None or item == "":
+                continue
+            text = str(item)
+            if key == "term" and text.upper().startswith("P"):
+                text = words(text)
+            if key == "jurisdiction":
+                text = _PLACE.sub("", text)
+            if key == "party":
+                text = text.replace(",", "")
+            text = re.sub(r"\s+", " ", text).strip().rstrip(".") if key != "party" else re.sub(r"\s+", " ", text)
+            pairs.add(f"{key}={text.strip().replace(' ', '_').replace(':', '_').upper()}")
+    return pairs
+
+
+def f1(tp: int, fp: int, fn: int) -> dict[str, float]:
+    p = tp / (tp + fp) if tp + fp else 0.0
+    r = tp / (tp + fn) if tp + fn else 0.0
+    return {"p": round(p, 3), "r": round(r, 3), "f1": round(2 * p * r / (p + r), 3) if p + r else 0.0}
+
+
+def gold_position(text: str, key: str, value: Any) -> float | None:
+    """Where in the document (0-1) the gold value is first stated, or None when it is not found."""
+    if key in ("effective_date", "term"):
+        kind = "date" if key == "effective_date" else "duration"
+        span = find(text, ValueField(f"/{key}", kind, {}), value, Context(date_order="MDY", languages=("en",)))
+        return span[0] / max(1, len(text)) if span else None
+    at = text.casefold().find(str(value).casefold()[:24])
+    return at / max(1, len(text)) if at >= 0 else None
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    lines = [json.loads(line) for line in (DATA / f"{args.split}.jsonl").read_text().splitlines() if line.strip()]
+    lines = lines[: args.limit] if args.limit else lines
+    settings = Settings.from_env(engine=args.engine, tasks_dir=TASK_ROOT)
+    catalog = Catalog.load(TASK_ROOT)
+    extractor = Extractor(settings=settings, catalog=catalog)
+    started = time.perf_counter()
+    await extractor.astart()
+    ready = time.perf_counter() - started
+    options = Options(chunk=True)
+    task = catalog.tasks["nda"]
+    if args.mode == "merge":  # the whole answer per chunk, merged (the path before passages by field)
+        from dataclasses import replace
+
+        chunking = replace(task.settings.chunking, by_field=False) if task.settings.chunking else None
+        task = replace(task, settings=replace(task.settings, chunking=chunking))
+    gate = asyncio.Semaphore(args.concurrency)
+    records: list[dict[str, Any]] = []
+
+    async def one(line: dict[str, Any]) -> None:
+        async with gate:
+            t0 = time.perf_counter()
+            document = documents.read((DATA / line["file"]).read_bytes(), media_type="application/pdf")
+            record: dict[str, Any] = {"id": line["id"], "pages": len(document.pages), "chars": len(document.text)}
+            try:
+                result = await extractor.arun(task, document.text, options=options)
+                record["data"] = result.data
+                record["attempts"] = len(result.attempts)
+                record["notes"] = len(result.notes)
+                record["evidence"] = {s.path: s.value for s in result.spans if s.normalized is not None}
+            except ExtractorError as error:
+                record["error"] = f"{type(error).__name__}: {str(error)[:200]}"
+            record["seconds"] = round(time.perf_counter() - t0, 2)
+            record["gold"] = line["expected"]
+            record["positions"] = {
+                key: [gold_position(document.text, key, v) for v in (val if isinstance(val, list) else [val])]
+                for key, val in line["expected"].items()
+            }
+            records.append(record)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one(line) for line in lines))
+    elapsed = time.perf_counter() - t0
+    await extractor.aclose()
+    return summarize(records, elapsed=elapsed, ready=ready, args=args)
+
+
+def summarize(
+    records: list[dict[str, Any]], *, elapsed: float, ready: float, args: argparse.Namespace
+) -> dict[str, Any]:
+    counts: Counter[str] = Counter()
+    by_key: dict[str, Counter[str]] = {k: Counter() for k in KEYS}
+    by_position: dict[str, Counter[str]] = {}
+    for record in records:
+        gold = kleister_pairs(record["gold"])
+        found = kleister_pairs(record.get("data") or {})
+        counts["tp"] += len(gold & found)
+        counts["fp"] += len(found - gold)
+        counts["fn"] += len(gold - found)
+        for key in KEYS:
+            g = {p for p in gold if p.startswith(key + "=")}
+            f = {p for p in found if p.startswith(key + "=")}
+            by_key[key].update(tp=len(g & f), fp=len(f - g), fn=len(g - f))
+        for key, positions in record["positions"].items():
+            g = {p for p in gold if p.startswith(key + "=")}
+            hit = bool(g & found) if key != "party" else None
+            for where in positions:
+                bucket = (
+                    "not in text"
+                    if where is None
+                    else f"{int(min(where, 0.999) * 4) * 25}-{int(min(where, 0.999) * 4) * 25 + 25} %"
+                )
+                by_position.setdefault(f"{key} @ {bucket}", Counter())["gold"] += 1
+                if hit:
+                    by_position[f"{key} @ {bucket}"]["found"] += 1
+    pages = sum(r["pages"] for r in records)
+    return {
+        "label": args.label or args.mode,
+        "split": args.split,
+        "mode": args.mode,
+        "documents": len(records),
+        "failed": sum(1 for r in records if "error" in r),
+        "errors": Counter(r["error"].split(":")[0] for r in records if "error" in r),
+        "kleister": f1(counts["tp"], counts["fp"], counts["fn"]),
+        "by_key": {k: f1(c["tp"], c["fp"], c["fn"]) for k, c in by_key.items()},
+        "by_position": {k: dict(v) for k, v in sorted(by_position.items())},
+        "docs_per_s": round(len(records) / elapsed, 3),
+        "pages_per_s": round(pages / elapsed, 3),
+        "seconds_per_doc_mean": round(sum(r["seconds"] for r in records) / max(1, len(records)), 1),
+        "seconds_per_doc_max": max((r["seconds"] for r in records), default=0),
+        "max_pages": max((r["pages"] for r in records), default=0),
+        "engine_ready_s": round(ready, 1),
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "records": records,
+    }
+
+
+def render(runs: dict[str, Any]) -> str:
+    rows = [
+        "| run | documents | failed | Kleister F1 | P | R | party | effective_date | jurisdiction | term "
+        "| docs/s | pages/s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for label, run_ in runs.items():
+        k, by = run_["kleister"], run_["by_key"]
+        rows.append(
+            f"| {label} | {run_['documents']} | {run_['failed']} | {k['f1']} | {k['p']} | {k['r']} | "
+            + " | ".join(str(by[key]["f1"]) for key in KEYS)
+            + f" | {run_['docs_per_s']} | {run_['pages_per_s']} |"
+        )
+    positions = ["", "Recall by where the gold value sits in the document (share of the text):", ""]
+    positions += ["| run | field @ position | gold | found |", "|---|---|---|---|"]
+    for label, run_ in runs.items():
+        for where, c in run_["by_position"].items():
+            if not where.startswith("party"):
+                positions.append(f"| {label} | {where} | {c.get('gold', 0)} | {c.get('found', 0)} |")
+    return (
+        "# Kleister-NDA through the documents path\n\n"
+        "`python -m bench.kleister` (see the module's docstring). Kleister F1: the official metric "
+        "(key=VALUE pairs, upper-cased, summed over documents); per field: F1 of its pairs. "
+        "The published best on the test split: LAMBERT 0.818; text-only BERT/RoBERTa 0.78-0.80.\n\n"
+        + "\n".join(rows)
+        + "\n"
+        + "\n".join(positions)
+        + "\n"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--split", default="dev", choices=["dev", "train"])
+    parser.add_argument("--limit", type=int, default=0)
+    parser.add_argument("--mode", default="by_field", choices=["by_field", "merge"])
+    parser.add_argument("--label", default="")
+    parser.add_argument("--engine", default="vllm")
+    parser.add_argument("--concurrency", type=int, default=4, help="documents in flight")
+    args = parser.parse_args()
+    summary = asyncio.run(run(args))
+    path = RESULTS / "kleister.json"
+    runs = json.loads(path.read_text()) if path.is_file() else {}
+    runs[summary["label"]] = summary
+    save(path, runs)
+    (RESULTS / "kleister.md").write_text(render(runs))
+    print(json.dumps({k: v for k, v in summary.items() if k != "records"}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

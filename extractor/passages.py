@@ -1,0 +1,232 @@
+"""Long documents read field by field: each field from the passages most about it.
+
+Merging every chunk's whole answer (:mod:`extractor.chunking`) asks a model to fill every field
+from every chunk: on a contract, a chunk of definitions is asked for the parties, and one failed
+chunk used to fail the whole document. Read by field instead (``x-extractor.chunking.by_field``):
+
+1. the text is cut into passages (the chunking's sentence-aware split);
+2. each top-level field ranks the passages by BM25 against its query (its ``x-extractor.query``,
+   else its title, description and name), the first passage breaking ties; or takes the first or
+   last ones (``x-extractor.from``: ``"start"``, ``"end"``), where a document's form puts it;
+3. the field alone is asked of its ``k`` best passages (``x-extractor.passages``, default 2),
+   concurrently, on a one-field task whose schema is that field's;
+4. the passages' answers merge per field: a list takes the union without repeats, any other
+   value the first grounded answer in passage rank (``x-extractor.merge: "first"``: in
+   document order instead).
+
+A passage that yields no valid answer contributes nothing and is noted: the document fails only
+when no field got an answer from any passage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+import bm25s
+
+from extractor import chunking
+from extractor.catalog.tasks import SETTINGS_KEY, Task, describe_fields, task_from_schema
+from extractor.chunking import Chunk
+from extractor.errors import ChunkedExtractionFailed, ExtractionFailed
+from extractor.grounding import UNGROUNDED, Span
+
+DEFAULT_PASSAGES = 2
+_WORD = re.compile(r"\w+", re.UNICODE)
+# Task settings a one-field task keeps: how to answer, not how to split, review or show examples.
+_KEPT = (
+    *("temperature", "max_tokens", "max_attempts", "grounding", "system", "grounded_decoding"),
+    *("confidences", "languages", "date_order", "allow_unenforced", "strict_enforcement"),
+)
+
+
+@dataclass(frozen=True)
+class FieldQuery:
+    """One top-level field: what its passages are ranked by, how many are read, how answers merge."""
+
+    name: str
+    query: str
+    k: int
+    merge: str  # "rank" (best passage first) or "first" (document order)
+    where: str = "query"  # "query": ranked by BM25; "start"/"end": the first or last k passages
+
+
+def field_queries(task: Task) -> list[FieldQuery]:
+    """Every top-level field of ``task`` with its query (``x-extractor.query``, else its words)."""
+    found: list[FieldQuery] = []
+    for name, node in (task.schema.get("properties") or {}).items():
+        own = node.get(SETTINGS_KEY) if isinstance(node, Mapping) else None
+        own = own if isinstance(own, Mapping) else {}
+        words = [str(own.get("query") or ""), str(node.get("title") or ""), str(node.get("description") or ""), name]
+        query = str(own["query"]) if own.get("query") else " ".join(w for w in words if w)
+        found.append(
+            FieldQuery(
+                name=name,
+                query=query.replace("_", " "),
+                k=int(own.get("passages", DEFAULT_PASSAGES)),
+                merge="first" if own.get("merge") == "first" else "rank",
+                where=str(own.get("from", "query")) if own.get("from") in ("start", "end") else "query",
+            )
+        )
+    return found
+
+
+def rank(passages: Sequence[str], query: str, k: int) -> list[int]:
+    """Indices of the ``k`` passages BM25 scores highest for ``query`` (earlier passages win ties)."""
+    tokens = [_tokens(p) or ["\u2205"] for p in passages]
+    wanted = _tokens(query)
+    if not wanted or len(passages) <= k:
+        return list(range(min(k, len(passages))))
+    retriever = bm25s.BM25()
+    retriever.index(tokens, show_progress=False)
+    scores = retriever.get_scores(wanted)
+    order = sorted(range(len(passages)), key=lambda i: (-float(scores[i]), i))
+    return order[:k]
+
+
+def _tokens(text: str) -> list[str]:
+    return [w.lower() for w in _WORD.findall(text)]
+
+
+@functools.lru_cache(maxsize=512)
+def field_task(task: Task, name: str) -> Task:
+    """``task`` narrowed to one top-level field: its schema, prompt and examples hold that field only."""
+    node = task.schema["properties"][name]
+    source: dict[str, Any] = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "properties": {name: node},
+        "required": [name],
+        "additionalProperties": False,
+    }
+    for key in ("$defs", "definitions"):
+        if key in task.schema:
+            source[key] = task.schema[key]
+    settings = task.source_schema.get(SETTINGS_KEY) or {}
+    kept = {k: v for k, v in settings.items() if k in _KEPT}
+    examples = [{"text": e.text, "output": {name: e.output.get(name)}} for e in task.examples if name in e.output]
+    if examples:
+        kept["examples"] = examples
+    source[SETTINGS_KEY] = kept
+    narrowed = task_from_schema(f"{task.name}.{name}", source, where=f"{task.schema_path}#/properties/{name}")
+    return replace(
+        narrowed,
+        template=task.template,
+        prompt_path=task.prompt_path,
+        instruction_only=task.instruction_only,
+        fields=describe_fields(narrowed.schema),
+        adapter=None,
+        calibration=None,
+    )
+
+
+@dataclass(frozen=True)
+class FieldAnswer:
+    """One field's answer from one passage, with its spans in the whole text's offsets."""
+
+    passage: int
+    rank: int
+    value: Any
+    spans: list[Span]
+    confidence: float | None
+
+
+class Answered(Protocol):
+    """What one passage's attempt loop gives back (the pipeline's ``Extracted``)."""
+
+    data: Any
+    spans: list[Span]
+    attempts: list[Any]
+    confidences: dict[str, float] | None
+    notes: list[str]
+
+
+async def read_by_field(
+    task: Task,
+    passages: Sequence[Chunk],
+    extract: Callable[[Task, Chunk, int], Awaitable[Answered]],
+) -> tuple[dict[str, Any], list[Span], list[Any], list[str], dict[str, float]]:
+    """Each field from its best passages; ``extract(task, chunk, index)`` runs one passage's attempt loop.
+
+    Returns the merged data, spans, every attempt, notes, and each value's confidence by pointer.
+    """
+    jobs: list[tuple[FieldQuery, int, int]] = []
+    texts = [c.text for c in passages]
+    for query in field_queries(task):
+        if query.where == "start":
+            chosen = list(range(min(query.k, len(texts))))
+        elif query.where == "end":
+            chosen = list(range(len(texts) - 1, max(-1, len(texts) - 1 - query.k), -1))
+        else:
+            chosen = rank(texts, query.query, query.k)
+        for position, index in enumerate(chosen):
+            jobs.append((query, index, position))
+    outcomes = await asyncio.gather(
+        *(extract(field_task(task, q.name), passages[i], i) for q, i, _ in jobs), return_exceptions=True
+    )
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException) and not isinstance(outcome, ExtractionFailed):
+            raise outcome
+    attempts = [
+        a for o in outcomes if not isinstance(o, BaseException) or isinstance(o, ExtractionFailed) for a in o.attempts
+    ]
+    answers: dict[str, list[FieldAnswer]] = {}
+    notes: list[str] = []
+    for (query, index, position), outcome in zip(jobs, outcomes, strict=True):
+        if isinstance(outcome, BaseException):
+            chunk = passages[index]
+            notes.append(f"/{query.name}: no valid answer from passage {index} (characters {chunk.start}-{chunk.end})")
+            continue
+        found = chunking.offset_spans(outcome.spans, passages[index].start)
+        scores = outcome.confidences or {}
+        answers.setdefault(query.name, []).append(
+            FieldAnswer(index, position, outcome.data.get(query.name), found, scores.get(f"/{query.name}"))
+        )
+        notes += [n for n in outcome.notes if n not in notes]
+    if not answers:
+        raise ChunkedExtractionFailed(task.name, attempts, reason="no field got a valid answer from any passage")
+    data: dict[str, Any] = {}
+    spans: list[Span] = []
+    confidences: dict[str, float] = {}
+    for query in field_queries(task):
+        value, kept = _merge(query, answers.get(query.name, []))
+        data[query.name] = value
+        spans += kept
+        confidences.update({s.path: s.confidence for s in kept if s.confidence is not None})
+    return data, spans, attempts, notes, confidences
+
+
+def _merge(query: FieldQuery, answers: list[FieldAnswer]) -> tuple[Any, list[Span]]:
+    order = sorted(answers, key=lambda a: (a.passage, a.rank) if query.merge == "first" else (a.rank, a.passage))
+    prefix = f"/{query.name}"
+    if any(isinstance(a.value, list) for a in order):
+        merged: list[Any] = []
+        seen: set[str] = set()
+        kept: list[Span] = []
+        for answer in order:
+            for i, item in enumerate(answer.value or []):
+                key = json.dumps(item, sort_keys=True, ensure_ascii=False).casefold()
+                if key in seen:
+                    continue
+                seen.add(key)
+                kept += [
+                    replace(s, path=f"{prefix}/{len(merged)}{s.path[len(f'{prefix}/{i}') :]}")
+                    for s in answer.spans
+                    if s.path == f"{prefix}/{i}" or s.path.startswith(f"{prefix}/{i}/")
+                ]
+                merged.append(item)
+        return merged, kept
+    present = [a for a in order if a.value is not None]
+    grounded = [a for a in present if a.spans and all(s.status not in UNGROUNDED for s in a.spans)]
+    if not present:
+        return None, []
+    best = (grounded or present)[0]
+    fallback = best.confidence
+    return best.value, [
+        replace(s, confidence=s.confidence if s.confidence is not None else fallback) for s in best.spans
+    ]

@@ -1,0 +1,152 @@
+"""Dates, times and date-times from the words that state them: dateparser, with a thin layer for Chinese.
+
+dateparser reads absolute and relative dates in 200+ languages (``May 20, 2014``, ``20 May 2014``,
+``2014年5月20日``, ``tomorrow``, ``明天``, ``2 days ago``). What it misses and this module adds:
+
+* Chinese numerals are turned into digits first (cn2an): ``三月五日`` -> ``3月5日``;
+* Chinese weekdays relative to the week (``下周五``, ``本周三``, ``上星期一``);
+* Chinese clock times (``下午3点``, ``三点半``, ``晚上8点15分``);
+* evidence with words around the date (``as of May 20, 2014``): dateparser's search, one date only.
+
+AmbiguousEvidenceError is explicit: an all-digit date whose day and month could swap (``05/06/2014``) needs a
+date order (``x-extractor.date_order``), and a relative date is read against the request's
+reference date, or today's with a note.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import Any
+
+import cn2an
+import dateparser
+from dateparser.search import search_dates
+
+from extractor.values.context import AmbiguousEvidenceError, Context, EvidenceError
+
+_CN_DIGITS = re.compile("[零〇一二两三四五六七八九十百千万]")
+_CN_WEEKDAY = re.compile("(上|下|这|本|今|下下)?(?:个)?(?:周|星期|礼拜)([一二三四五六日天1-7])")
+_WEEKDAYS = {"一": 0, "二": 1, "三": 2, "四": 3, "五": 4, "六": 5, "日": 6, "天": 6}
+_CN_CLOCK = re.compile(r"(上午|早上|中午|下午|晚上|傍晚|凌晨)?\s*(\d{1,2})\s*[点點时](?:\s*(半|(\d{1,2})\s*分?))?")
+_AFTERNOON = {"下午", "晚上", "傍晚"}
+_AMBIGUOUS_DIGITS = re.compile(r"^\s*(\d{1,2})\s*[./-]\s*(\d{1,2})\s*[./-]\s*(\d{2}|\d{4})\s*$")
+_FAR = dt.timedelta(days=400)
+
+
+def parse(evidence: str, kind: str, ctx: Context) -> str:
+    """``evidence`` as the schema's format: ``date`` -> ``YYYY-MM-DD``, ``time`` -> ``HH:MM:SS``, ``date-time``.
+
+    Raises:
+        EvidenceError: no date (or time) in the evidence, or more than one.
+        AmbiguousEvidenceError: day and month could swap and the task names no date order.
+
+    """
+    text = evidence.strip()
+    if not text:
+        raise EvidenceError("the evidence is empty")
+    text = digits(text)
+    _check_order(text, ctx)
+    clock = _chinese_clock(text)
+    if clock is not None:
+        text = _CN_CLOCK.sub(" ", text).strip()
+    if kind == "time":
+        if clock is not None:
+            return clock.isoformat()
+        return _parsed(text, ctx, what="a time").time().isoformat()
+    found = _parsed(text, ctx, what="a date") if text else None
+    if found is None:
+        raise EvidenceError("no date in the evidence")
+    if kind == "date":
+        return found.date().isoformat()
+    if clock is not None:
+        found = dt.datetime.combine(found.date(), clock)
+    return found.replace(tzinfo=None).isoformat()
+
+
+def _parsed(text: str, ctx: Context, *, what: str) -> dt.datetime:
+    weekday = _chinese_weekday(text, ctx)
+    if weekday is not None:
+        return weekday
+    base = dt.datetime.combine(ctx.today, dt.time())
+    found = _read(text, ctx, base)
+    if found is None:
+        raise EvidenceError(f"{what} cannot be read from {text!r}")
+    if _read(text, ctx, base + _FAR) != found:  # it moved with the reference: a relative date
+        _relative(ctx, text)
+    return found
+
+
+def _read(text: str, ctx: Context, base: dt.datetime) -> dt.datetime | None:
+    settings: dict[str, Any] = {
+        "RELATIVE_BASE": base,
+        "PREFER_DAY_OF_MONTH": "first",
+        "RETURN_AS_TIMEZONE_AWARE": False,
+    }
+    if ctx.date_order is not None:
+        settings["DATE_ORDER"] = ctx.date_order
+    languages = list(ctx.languages) or None
+    found: dt.datetime | None = dateparser.parse(text, languages=languages, settings=settings)
+    if found is not None:
+        return found
+    hits = search_dates(text, languages=languages, settings=settings) or []
+    if len(hits) > 1 and len({h[1] for h in hits}) > 1:
+        raise EvidenceError(f"{text!r} states more than one date: copy only the one asked for")
+    return hits[0][1] if hits else None
+
+
+def digits(text: str) -> str:
+    """``text`` with Chinese numerals as digits (cn2an): ``二〇一四年五月二十日`` -> ``2014年5月20日``."""
+    if not _CN_DIGITS.search(text):
+        return text
+    try:
+        return str(cn2an.transform(text, "cn2an"))
+    except (ValueError, KeyError, IndexError):  # cn2an refuses some mixes; the text as written is tried
+        return text
+
+
+def _check_order(text: str, ctx: Context) -> None:
+    match = _AMBIGUOUS_DIGITS.match(text)
+    if match is None or ctx.date_order is not None:
+        return
+    first, second = int(match.group(1)), int(match.group(2))
+    if first <= 12 and second <= 12 and first != second:
+        raise AmbiguousEvidenceError(
+            f"{text!r} reads as day/month or month/day: the task must say which "
+            '(x-extractor "date_order": "DMY" or "MDY")'
+        )
+
+
+def _relative(ctx: Context, text: str) -> None:
+    if ctx.reference_date is None:
+        note = f"{text!r} is relative: read against today's date {ctx.today.isoformat()} (no reference_date given)"
+        if note not in ctx.notes:
+            ctx.notes.append(note)
+
+
+def _chinese_weekday(text: str, ctx: Context) -> dt.datetime | None:
+    match = _CN_WEEKDAY.search(text)
+    if match is None:
+        return None
+    which, day = match.group(1) or "", match.group(2)
+    target = int(day) - 1 if day.isdigit() else _WEEKDAYS[day]
+    today = ctx.today
+    monday = today - dt.timedelta(days=today.weekday())
+    weeks = {"上": -1, "下": 1, "下下": 2}.get(which, 0)
+    _relative(ctx, text)
+    return dt.datetime.combine(monday + dt.timedelta(weeks=weeks, days=target), dt.time())
+
+
+def _chinese_clock(text: str) -> dt.time | None:
+    match = _CN_CLOCK.search(text)
+    if match is None:
+        return None
+    part, hour = match.group(1), int(match.group(2))
+    minute = 30 if match.group(3) == "半" else int(match.group(4) or 0)
+    if part in _AFTERNOON and hour < 12:
+        hour += 12
+    if part == "中午" and hour < 6:
+        hour += 12
+    if hour > 23 or minute > 59:
+        raise EvidenceError(f"{text!r}: {hour}:{minute:02d} is not a time of day")
+    return dt.time(hour, minute)

@@ -1,0 +1,123 @@
+"""Typed value -> the words of a text that state it: the way back, for labels written as values.
+
+An analyst's label says ``"effective_date": "2014-05-20"`` or ``"term": "3 years"``; the text says
+"as of May 20, 2014" and "three (3) years". A worked example must show the model the words (it
+answers evidence), and a labelled document imported into a pool keeps its own words as the
+evidence. Each kind proposes candidate phrases of the text (patterns for dates, counts with units,
+numbers); the normalizer of the field reads each, and the first whose value equals the label wins.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from extractor.grounding import field_path, scalar_leaves
+from extractor.values import dates, durations
+from extractor.values.context import Context, EvidenceError
+from extractor.values.fields import ValueField
+from extractor.values.normalize import normalize
+
+_MONTH = (
+    r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|"
+    r"oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?"
+)
+_DAY = r"\d{1,2}(?:st|nd|rd|th)?"
+_DATE_PATTERNS = [
+    rf"{_DAY}\s+(?:day\s+of\s+)?{_MONTH},?\s+\d{{4}}",
+    rf"{_MONTH}\s+{_DAY},?\s+\d{{4}}",
+    rf"{_MONTH},?\s+\d{{4}}",
+    r"\d{4}-\d{1,2}-\d{1,2}",
+    r"\d{1,2}[/.]\d{1,2}[/.]\d{2,4}",
+    r"[\d零〇一二三四五六七八九十]{2,4}年[\d一二三四五六七八九十]{1,3}月(?:[\d一二三四五六七八九十]{1,3}[日号])?",
+    r"[\d一二三四五六七八九十]{1,3}月[\d一二三四五六七八九十]{1,3}[日号]",
+]
+_DATES = re.compile("|".join(f"(?:{p})" for p in _DATE_PATTERNS), re.IGNORECASE)
+_NUMBERS = re.compile(
+    r"(?:[$€£¥￥]\s*)?[-+]?\d(?:[\d,.]*\d)?(?:\s*(?:%|％|percent|[a-zA-Z]{1,3}\b|元|美元|万|亿))?"
+    r"|[零〇一二两三四五六七八九十百千万亿点]+(?:元|个)?"
+)
+
+
+def find(text: str, value_field: ValueField, value: Any, ctx: Context | None = None) -> tuple[int, int] | None:
+    """The span of ``text`` whose words the field's normalizer reads as ``value``, or None."""
+    context = ctx or Context()
+    for start, end in candidates(text, value_field.kind):
+        try:
+            typed = normalize(value_field, text[start:end], context)
+        except EvidenceError:
+            continue
+        if _same(typed.value, value, value_field.kind):
+            return start, end
+    return None
+
+
+def candidates(text: str, kind: str) -> Iterator[tuple[int, int]]:
+    """Phrases of ``text`` that may state a value of ``kind``, in reading order."""
+    if kind in ("date", "date-time"):
+        for match in _DATES.finditer(text):
+            yield match.span()
+    elif kind == "duration":
+        for match in durations.PART.finditer(dates.digits(text) if _same_length(text) else text):
+            yield match.span()
+    elif kind == "time":
+        return
+    else:
+        for match in _NUMBERS.finditer(text):
+            yield match.start(), match.end()
+
+
+def _same_length(text: str) -> bool:
+    return len(dates.digits(text)) == len(text)
+
+
+def _same(found: Any, label: Any, kind: str) -> bool:
+    if kind in ("number", "integer"):
+        try:
+            return abs(float(found) - float(label)) < 1e-9
+        except (TypeError, ValueError):
+            return False
+    if kind == "duration" and isinstance(label, str) and not label.upper().startswith("P"):
+        try:
+            label = durations.parse(label)
+        except EvidenceError:
+            return False
+    return bool(str(found) == str(label))
+
+
+def as_evidence(text: str, output: Any, fields: dict[str, ValueField] | Any) -> Any:
+    """A labelled ``output`` as the model answers it: each typed value replaced by the words of ``text`` stating it.
+
+    A value whose words are not found is shown as written (a string): the label stays visible.
+    """
+    if not fields:
+        return output
+    shown = _copy(output)
+    for pointer, value in list(scalar_leaves(output)):
+        found = fields.get(field_path(pointer))
+        if found is None or isinstance(value, bool):
+            continue
+        span = find(text, found, value)
+        _set(shown, pointer, text[span[0] : span[1]] if span is not None else str(value))
+    return shown
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
+
+
+def _set(data: Any, pointer: str, value: Any) -> None:
+    tokens = [t.replace("~1", "/").replace("~0", "~") for t in pointer.split("/")[1:]]
+    node = data
+    for token in tokens[:-1]:
+        node = node[int(token)] if isinstance(node, list) else node[token]
+    last = tokens[-1]
+    if isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value

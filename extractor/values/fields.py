@@ -1,0 +1,168 @@
+"""Which fields hold typed values, and the schema the model answers in: their evidence as strings.
+
+A *value field* is a leaf the schema types as a date, time, date-time or duration (``format``
+on a string) or as a number or integer, unless it says ``"x-grounded": false`` (the model writes
+the value itself) or lists its values (``enum``/``const``: decoding holds those already). A
+union of such a leaf with ``null`` is one too; a union with other types (a string or a number)
+is left as written: nothing says which the words mean.
+
+The *evidence schema* is the task schema with each value field turned into a string the model
+copies from the text (``"x-extractive": true``: grounded decoding holds it to the text); the
+service reads the typed value back from those words (:mod:`extractor.values.normalize`).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from extractor.constraints.decoding import node_at
+
+FORMATS = ("date", "date-time", "time", "duration")
+NUMBERS = ("number", "integer")
+SETTINGS_KEY = "x-extractor"
+FIELD_SETTINGS = ("unit", "currency", "date_order", "languages", "percent")
+# Read by extractor.passages on any top-level field: where a long document's passages come from.
+PASSAGE_SETTINGS = ("query", "passages", "merge", "from")
+EVIDENCE_MAX_CHARS = 120
+_MAX_DEPTH = 32
+_REF_REPEATS = 3
+
+
+@dataclass(frozen=True)
+class ValueField:
+    """A typed leaf: its field path (``/items/price``, no indices), kind, and its ``x-extractor`` settings."""
+
+    path: str
+    kind: str  # a format (date, date-time, time, duration) or a number type (number, integer)
+    settings: Mapping[str, Any]
+    nullable: bool = False
+
+
+def kind_of(node: Any) -> str | None:
+    """The kind of value a schema node types, or None when it is not a value field."""
+    if not isinstance(node, Mapping) or node.get("x-grounded") is False or "enum" in node or "const" in node:
+        return None
+    types = node.get("type")
+    named = [types] if isinstance(types, str) else list(types) if isinstance(types, list) else []
+    named = [t for t in named if t != "null"]
+    if len(named) != 1:
+        return None
+    if named[0] in NUMBERS:
+        return str(named[0])
+    if named[0] == "string" and node.get("format") in FORMATS:
+        return str(node["format"])
+    return None
+
+
+def value_fields(schema: Mapping[str, Any]) -> dict[str, ValueField]:
+    """Every value field of ``schema`` by field path (local ``$ref``s followed)."""
+    found: dict[str, ValueField] = {}
+    _collect(schema, schema, "", found, depth=0, refs=())
+    return found
+
+
+def _collect(
+    root: Mapping[str, Any], node: Any, path: str, found: dict[str, ValueField], depth: int, refs: tuple[str, ...]
+) -> None:
+    if not isinstance(node, Mapping) or depth > _MAX_DEPTH:
+        return
+    kind = kind_of(node)
+    if kind is not None:
+        types = node.get("type")
+        nullable = isinstance(types, list) and "null" in types
+        settings = node.get(SETTINGS_KEY) if isinstance(node.get(SETTINGS_KEY), Mapping) else {}
+        found.setdefault(path, ValueField(path, kind, dict(settings or {}), nullable))
+        return
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#") and refs.count(ref) < _REF_REPEATS:
+        _collect(root, node_at(root, ref[1:]), path, found, depth + 1, (*refs, ref))
+    for key in ("anyOf", "oneOf"):
+        branches = [b for b in node.get(key) or [] if not _is_null(b)]
+        if len(branches) == 1:  # a value or null: the value's branch decides
+            _collect(root, branches[0], path, found, depth + 1, refs)
+        else:
+            for branch in branches:  # a union of shapes: only objects and arrays inside it are followed
+                if kind_of(branch) is None:
+                    _collect(root, branch, path, found, depth + 1, refs)
+    for branch in node.get("allOf") or []:
+        _collect(root, branch, path, found, depth + 1, refs)
+    for name, child in (node.get("properties") or {}).items():
+        _collect(root, child, f"{path}/{_escape(str(name))}", found, depth + 1, refs)
+    _collect(root, node.get("items"), path, found, depth + 1, refs)
+
+
+def evidence_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """``schema`` with every value field an evidence string the model copies from the text."""
+    return _evidence(copy.deepcopy(dict(schema)), depth=0)  # type: ignore[no-any-return]
+
+
+def _evidence(node: Any, depth: int) -> Any:
+    if depth > 4 * _MAX_DEPTH:
+        return node
+    if not isinstance(node, dict):
+        return node
+    if kind_of(node) is not None:
+        return _evidence_node(node)
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {name: _evidence(sub, depth + 1) for name, sub in value.items()}
+        elif key in _SCHEMA_LISTS and isinstance(value, list):
+            out[key] = [_evidence(sub, depth + 1) for sub in value]
+        elif key in _SCHEMA_VALUES:
+            out[key] = _evidence(value, depth + 1)
+        else:
+            out[key] = value
+    return out
+
+
+_SCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SCHEMA_VALUES = ("items", "additionalProperties", "unevaluatedItems", "unevaluatedProperties", "contains")
+
+
+def _evidence_node(node: Mapping[str, Any]) -> dict[str, Any]:
+    kind = kind_of(node)
+    types = node.get("type")
+    nullable = isinstance(types, list) and "null" in types
+    what = {"date": "date", "date-time": "date and time", "time": "time", "duration": "duration"}.get(
+        str(kind), "number"
+    )
+    description = str(node.get("description") or "").strip()
+    hint = f"the words of the text that state the {what}, copied exactly"
+    evidence: dict[str, Any] = {
+        "type": ["string", "null"] if nullable else "string",
+        "minLength": 1,
+        "maxLength": EVIDENCE_MAX_CHARS,
+        "x-extractive": True,
+        "description": f"{description} ({hint})" if description else hint,
+    }
+    if "title" in node:
+        evidence["title"] = node["title"]
+    return evidence
+
+
+def _is_null(node: Any) -> bool:
+    return isinstance(node, Mapping) and node.get("type") == "null"
+
+
+def _escape(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def check_settings(schema: Mapping[str, Any], fields: Mapping[str, ValueField]) -> list[str]:
+    """Load warnings for value fields' ``x-extractor`` settings this layer does not read."""
+    warnings: list[str] = []
+    for value_field in fields.values():
+        unknown = sorted(set(value_field.settings) - set(FIELD_SETTINGS) - set(PASSAGE_SETTINGS))
+        if unknown:
+            warnings.append(
+                f"{value_field.path or '/'}: x-extractor key(s) {', '.join(unknown)} are not read on a value field "
+                f"(known: {', '.join(FIELD_SETTINGS)})"
+            )
+        if value_field.kind not in NUMBERS and ({"unit", "currency", "percent"} & set(value_field.settings)):
+            warnings.append(f"{value_field.path or '/'}: unit, currency and percent apply to numbers only")
+    return warnings

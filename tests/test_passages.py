@@ -1,0 +1,79 @@
+"""Long documents read field by field (extractor.passages), on the scripted engine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from extractor import Catalog, Extractor, ScriptedEngine, Settings
+from extractor.engines.base import GenerationRequest
+from extractor.passages import rank
+
+FILLER = "The Recipient shall hold the Confidential Information in strict confidence and use it only for the Purpose. "
+TEXT = (
+    "THIS AGREEMENT is made as of May 20, 2014 by and between Acme Widgets, Inc. and Beta Labs LLC. "
+    + FILLER * 12
+    + "This Agreement shall be governed by the laws of the State of New York. "
+    + FILLER * 12
+    + "The obligations hereunder shall survive for a period of three (3) years. "
+    + FILLER * 6
+)
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "party": {"type": "array", "items": {"type": "string"}, "x-extractor": {"from": "start", "passages": 1}},
+        "effective_date": {"type": ["string", "null"], "format": "date", "x-extractor": {"from": "start"}},
+        "jurisdiction": {"type": ["string", "null"], "x-extractor": {"query": "governed by the laws of the State of"}},
+        "term": {"type": ["string", "null"], "format": "duration", "x-extractor": {"query": "period of years survive"}},
+    },
+    "required": ["party", "effective_date", "jurisdiction", "term"],
+    "x-extractor": {"chunking": {"max_chars": 600, "overlap": 100, "by_field": True}},
+}
+ANSWERS = {
+    "party": ("Acme Widgets", {"party": ["Acme Widgets, Inc.", "Beta Labs LLC"]}),
+    "effective_date": ("May 20, 2014", {"effective_date": "May 20, 2014"}),
+    "jurisdiction": ("State of New York", {"jurisdiction": "New York"}),
+    "term": ("three (3) years", {"term": "three (3) years"}),
+}
+
+
+def respond(request: GenerationRequest) -> str:
+    passage = request.messages[-1]["content"]
+    schema = json.dumps(request.json_schema or {}) + (request.grammar or "")
+    for name, (needle, answer) in ANSWERS.items():
+        if f'"{name}"' in schema or name in schema:
+            if name == "jurisdiction" and "Beta Labs" in passage:
+                return "not json at all {"  # a passage that never answers: it must not fail the document
+            return json.dumps(answer if needle in passage else {name: [] if name == "party" else None})
+    raise AssertionError("a one-field request was expected")
+
+
+def test_bm25_ranks_the_passage_about_the_query_first() -> None:
+    passages = ["parties and recitals", "governed by the laws of the State of Delaware", "term of two years"]
+    assert rank(passages, "governing law: governed by the laws of the State", 1) == [1]
+    assert rank(passages, "", 2) == [0, 1]
+
+
+async def test_each_field_from_its_own_passages(tmp_path: Path) -> None:
+    (tmp_path / "schemas").mkdir()
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "schemas" / "nda.json").write_text(json.dumps(SCHEMA))
+    (tmp_path / "prompts" / "nda.j2").write_text("Answer with the fields of the contract.")
+    engine = ScriptedEngine(respond=respond)
+    settings = Settings.from_env({}, home=tmp_path / "home", engine="scripted")
+    extractor = Extractor(settings=settings, engine=engine, catalog=Catalog.load(tmp_path))
+    result = await extractor.aextract("nda", TEXT)
+    assert result.data == {
+        "party": ["Acme Widgets, Inc.", "Beta Labs LLC"],
+        "effective_date": "2014-05-20",
+        "jurisdiction": "New York",
+        "term": "P3Y",
+    }
+    # every request asked one field, of one passage, not the whole document
+    assert all(len(r.messages[-1]["content"]) <= 600 for r in engine.history)
+    assert len(engine.history) <= 2 * 4 + 6  # at most two passages a field, and re-asks
+    spans = {s.path: s for s in result.spans}
+    assert TEXT[spans["/jurisdiction"].start : spans["/jurisdiction"].end] == "New York"
+    date = spans["/effective_date"]
+    assert TEXT[date.start : date.end] == "May 20, 2014" and date.normalized == "2014-05-20"
+    assert len(result.chunks) > 3
