@@ -23,6 +23,8 @@ import asyncio
 import json
 import re
 import resource
+import shutil
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -31,6 +33,7 @@ from typing import Any
 from bench.common import RESULTS, save
 from extractor import Catalog, Extractor, Settings, documents
 from extractor.errors import ExtractorError
+from extractor.examples.importing import import_gold, write_pool
 from extractor.pipeline import Options
 from extractor.values import Context, ValueField
 from extractor.values.durations import words
@@ -79,11 +82,31 @@ def gold_position(text: str, key: str, value: Any) -> float | None:
     return at / max(1, len(text)) if at >= 0 else None
 
 
+def catalog_root(documents_: int, into: Path) -> Path:
+    """The task as shipped, with a pool of the first ``documents_`` train documents (0: none).
+
+    The pool is built as an analyst would (``extractor examples import`` of labelled PDFs) into a
+    temporary catalog: research data never lands in the project.
+    """
+    if not documents_:
+        return TASK_ROOT
+    shutil.copytree(TASK_ROOT, into, dirs_exist_ok=True)
+    gold = into / "train.jsonl"
+    lines = (DATA / "train.jsonl").read_text().splitlines()[:documents_]
+    gold.write_text("\n".join(json.dumps({**json.loads(x), "file": str(DATA / json.loads(x)["file"])}) for x in lines))
+    task = Catalog.load(into).get("nda")
+    pool, report = import_gold(gold, task)
+    write_pool(into / "examples" / "nda.jsonl", pool)
+    print(report.text().splitlines()[-1] if report.documents else report.text())
+    return into
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     lines = [json.loads(line) for line in (DATA / f"{args.split}.jsonl").read_text().splitlines() if line.strip()]
     lines = lines[: args.limit] if args.limit else lines
-    settings = Settings.from_env(engine=args.engine, tasks_dir=TASK_ROOT)
-    catalog = Catalog.load(TASK_ROOT)
+    root = catalog_root(args.pool, Path(tempfile.mkdtemp(prefix="kleister-")))
+    settings = Settings.from_env(engine=args.engine, tasks_dir=root)
+    catalog = Catalog.load(root)
     extractor = Extractor(settings=settings, catalog=catalog)
     started = time.perf_counter()
     await extractor.astart()
@@ -159,6 +182,7 @@ def summarize(
         "label": args.label or args.mode,
         "split": args.split,
         "mode": args.mode,
+        "pool_documents": args.pool,
         "documents": len(records),
         "failed": sum(1 for r in records if "error" in r),
         "errors": Counter(r["error"].split(":")[0] for r in records if "error" in r),
@@ -215,6 +239,7 @@ def main() -> None:
     parser.add_argument("--label", default="")
     parser.add_argument("--engine", default="vllm")
     parser.add_argument("--concurrency", type=int, default=4, help="documents in flight")
+    parser.add_argument("--pool", type=int, default=0, help="train documents imported into the pool (0: none)")
     args = parser.parse_args()
     summary = asyncio.run(run(args))
     path = RESULTS / "kleister.json"

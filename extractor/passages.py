@@ -23,21 +23,20 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
-
-import bm25s
 
 from extractor import chunking
 from extractor.catalog.tasks import SETTINGS_KEY, Task, describe_fields, task_from_schema
 from extractor.chunking import Chunk
 from extractor.errors import ChunkedExtractionFailed, ExtractionFailed
+from extractor.examples.lexicon import Lexicon
+from extractor.examples.pool import Example, ExamplePool
+from extractor.examples.selection import Selector
 from extractor.grounding import UNGROUNDED, Span
 
 DEFAULT_PASSAGES = 2
-_WORD = re.compile(r"\w+", re.UNICODE)
 # Task settings a one-field task keeps: how to answer, not how to split, review or show examples.
 _KEPT = (
     *("temperature", "max_tokens", "max_attempts", "grounding", "system", "grounded_decoding"),
@@ -78,19 +77,9 @@ def field_queries(task: Task) -> list[FieldQuery]:
 
 def rank(passages: Sequence[str], query: str, k: int) -> list[int]:
     """Indices of the ``k`` passages BM25 scores highest for ``query`` (earlier passages win ties)."""
-    tokens = [_tokens(p) or ["\u2205"] for p in passages]
-    wanted = _tokens(query)
-    if not wanted or len(passages) <= k:
+    if len(passages) <= k or not query.strip():
         return list(range(min(k, len(passages))))
-    retriever = bm25s.BM25()
-    retriever.index(tokens, show_progress=False)
-    scores = retriever.get_scores(wanted)
-    order = sorted(range(len(passages)), key=lambda i: (-float(scores[i]), i))
-    return order[:k]
-
-
-def _tokens(text: str) -> list[str]:
-    return [w.lower() for w in _WORD.findall(text)]
+    return Selector(list(passages)).nearest(query, k, diverse=False)
 
 
 @functools.lru_cache(maxsize=512)
@@ -116,12 +105,35 @@ def field_task(task: Task, name: str) -> Task:
     narrowed = task_from_schema(f"{task.name}.{name}", source, where=f"{task.schema_path}#/properties/{name}")
     return replace(
         narrowed,
+        pool=_field_pool(task, name),
+        settings=replace(narrowed.settings, examples_from_pool=task.settings.examples_from_pool),
         template=task.template,
         prompt_path=task.prompt_path,
         instruction_only=task.instruction_only,
         fields=describe_fields(narrowed.schema),
         adapter=None,
         calibration=None,
+    )
+
+
+def _field_pool(task: Task, name: str) -> ExamplePool | None:
+    """The task's pool with each line's answer narrowed to ``name``: worked examples for one field."""
+    if task.pool is None or not len(task.pool):
+        return None
+    # The lines stating this field, and those stating nothing asked (they teach null); a passage
+    # labelled only for another field would teach the model to miss this one.
+    examples = tuple(
+        Example(e.text, {name: e.output.get(name)}, e.id)
+        for e in task.pool.examples
+        if e.output.get(name) not in (None, []) or all(v in (None, []) for v in e.output.values())
+    )
+    if not examples:
+        return None
+    return ExamplePool(
+        task.pool.path,
+        examples,
+        Selector([e.text for e in examples]),
+        lexicon=Lexicon.build((e.output for e in examples), skip=task.ungrounded | frozenset(task.values)),
     )
 
 

@@ -77,3 +77,46 @@ async def test_each_field_from_its_own_passages(tmp_path: Path) -> None:
     date = spans["/effective_date"]
     assert TEXT[date.start : date.end] == "May 20, 2014" and date.normalized == "2014-05-20"
     assert len(result.chunks) > 3
+
+
+def _catalog(tmp_path: Path) -> Path:
+    root = tmp_path / "catalog"
+    (root / "schemas").mkdir(parents=True)
+    (root / "prompts").mkdir()
+    (root / "schemas" / "nda.json").write_text(json.dumps(SCHEMA))
+    (root / "prompts" / "nda.j2").write_text("Answer with the fields of the contract.")
+    return root
+
+
+def test_labelled_documents_become_passages_in_their_own_words(tmp_path: Path) -> None:
+    from extractor.examples.importing import import_gold
+
+    from .documents import docx_bytes
+
+    root = _catalog(tmp_path)
+    (tmp_path / "nda.docx").write_bytes(docx_bytes([p + "." for p in TEXT.split(". ") if p]))
+    label = {"party": ["Acme Widgets Inc.", "Nobody Else Corp."], "effective_date": "2014-05-20", "term": "3 years"}
+    label["jurisdiction"] = "New York"
+    (tmp_path / "gold.jsonl").write_text(json.dumps({"file": "nda.docx", "expected": label}) + "\n")
+    lines, report = import_gold(tmp_path / "gold.jsonl", Catalog.load(root).get("nda"))
+    assert report.documents == 1 and report.placed == 4
+    assert report.unplaced == ["nda.docx: party: 'Nobody Else Corp.'"]
+    first = lines[0]
+    assert first["output"]["party"][0].startswith("Acme Widgets, Inc")  # the document's words, not the label's
+    assert first["output"]["effective_date"] == "2014-05-20"
+    assert all(len(line["text"]) <= 600 for line in lines)  # passages, not the whole document
+    terms = [line["output"]["term"] for line in lines if line["output"]["term"]]
+    assert terms == ["P3Y"]  # "3 years" placed on "three (3) years", typed
+    assert sum(1 for line in lines if not any(line["output"].values())) == 1  # one passage stating nothing
+
+
+def test_gold_lines_may_name_documents(tmp_path: Path) -> None:
+    from extractor.jobs.gold import load_gold
+
+    from .documents import docx_bytes
+
+    (tmp_path / "nda.docx").write_bytes(docx_bytes(["Governed by the laws of the State of New York."]))
+    gold = tmp_path / "gold.jsonl"
+    gold.write_text(json.dumps({"file": "nda.docx", "task": "nda", "expected": {"jurisdiction": "New York"}}) + "\n")
+    items = load_gold(gold, task=None, known=["nda"])
+    assert "State of New York" in items[0].text

@@ -17,6 +17,8 @@ from typing import Any
 
 from extractor.catalog.tasks import Task
 from extractor.constraints.decoding import types_of
+from extractor.errors import ExtractorError
+from extractor.examples import placing
 from extractor.examples.pool import check_line
 from extractor.grounding import _resolve
 from extractor.jobs.gold import TaskMap
@@ -31,6 +33,9 @@ class ImportReport:
     other_task: int = 0
     duplicates: int = 0
     refused: list[str] = field(default_factory=list)
+    documents: int = 0  # labelled documents turned into passages
+    placed: int = 0  # their labels found in their text
+    unplaced: list[str] = field(default_factory=list)  # "file: field: label" not found in the text
 
     def text(self) -> str:
         lines = [f"kept {self.kept} line(s); refused {len(self.refused)}; other tasks {self.other_task}"]
@@ -39,6 +44,14 @@ class ImportReport:
         lines += [f"  {problem}" for problem in self.refused[:20]]
         if len(self.refused) > 20:
             lines.append(f"  ... and {len(self.refused) - 20} more")
+        if self.documents:
+            lines.append(
+                f"documents {self.documents}: labels placed in their text {self.placed}, "
+                f"not placed {len(self.unplaced)} (left out of the passages)"
+            )
+            lines += [f"  not placed: {label}" for label in self.unplaced[:20]]
+            if len(self.unplaced) > 20:
+                lines.append(f"  ... and {len(self.unplaced) - 20} more")
         return "\n".join(lines)
 
 
@@ -91,18 +104,39 @@ def import_gold(
                     if name != task.name:
                         report.other_task += 1
                         continue
-                line = _pool_line(value, task)
-                check_line(json.dumps(line), validator=task.validator, ungrounded=task.ungrounded)
-            except (ValueError, KeyError) as error:
+                found = (
+                    _document_lines(value, task, path.parent, report) if "file" in value else [_pool_line(value, task)]
+                )
+                for line in found:
+                    check_line(
+                        json.dumps(line), validator=task.validator, ungrounded=task.ungrounded | set(task.values)
+                    )
+            except (ValueError, KeyError, ExtractorError) as error:
                 report.refused.append(f"{path}:{number}: {error}")
                 continue
-            if line["text"].strip() in seen:
-                report.duplicates += 1
-                continue
-            seen.add(line["text"].strip())
-            lines.append(line)
-            report.kept += 1
+            for line in found:
+                if line["text"].strip() in seen:
+                    report.duplicates += 1
+                    continue
+                seen.add(line["text"].strip())
+                lines.append(line)
+                report.kept += 1
     return lines, report
+
+
+def _document_lines(value: Mapping[str, Any], task: Task, base: Path, report: ImportReport) -> list[dict[str, Any]]:
+    """A labelled document (``file``, relative to the gold file) as the pool passages holding its labels."""
+    from extractor import documents  # PDF/HTML/DOCX conversion: loaded only for document lines
+
+    if not isinstance(value.get("file"), str) or not isinstance(value.get("expected", value.get("output")), dict):
+        raise ValueError("a document line needs 'file' (a path) and 'expected' or 'output'")
+    document = documents.read(base / value["file"])
+    output = value["output"] if "output" in value else shape(value["expected"], task.schema)
+    lines, placed = placing.passages(task, document.text, output)
+    report.documents += 1
+    report.placed += len(placed.spans)
+    report.unplaced += [f"{value['file']}: {label}" for label in placed.missing]
+    return lines
 
 
 def write_pool(path: Path, lines: list[dict[str, Any]]) -> None:

@@ -2,7 +2,9 @@
 
 Lines are ``{"text": ..., "expected": {...}}`` with an optional ``"id"`` and a task key
 (``"task"`` by default, see ``--task-field``) that overrides the command's TASK, so one file
-can hold several tasks. A task map turns that key's values into task names: ``snips`` maps a
+can hold several tasks. A line may name a document instead of its text (``"file": "nda.pdf"``,
+relative to the gold file): it is converted as the service converts it. A task map turns that
+key's values into task names: ``snips`` maps a
 SNIPS intent such as ``AddToPlaylist`` to ``snips_add_to_playlist``; a JSON file
 ``{value: task}`` maps them explicitly.
 """
@@ -78,7 +80,7 @@ def load_gold(
                 problems.append(f"line {number}: invalid JSON or UTF-8: {error}")
                 continue
             try:
-                items.append(_gold_item(value, number, task, known, task_field, mapping))
+                items.append(_gold_item(_with_text(value, path.parent), number, task, known, task_field, mapping))
             except _BadLineError as error:
                 problems.append(f"line {number}: {error}")
     if problems:
@@ -91,6 +93,19 @@ def load_gold(
 
 class _BadLineError(Exception):
     """A gold line that cannot be used; the message says why."""
+
+
+def _with_text(value: Any, base: Path) -> Any:
+    """A line naming a document (``file``, relative to the gold file) with the document's text, as served."""
+    if not isinstance(value, dict) or "text" in value or not isinstance(value.get("file"), str):
+        return value
+    from extractor import documents  # PDF/HTML/DOCX conversion: loaded only for document lines
+    from extractor.errors import DocumentError
+
+    try:
+        return {**value, "text": documents.read(base / value["file"]).text}
+    except DocumentError as error:
+        raise _BadLineError(f"file {value['file']!r}: {error}") from None
 
 
 def _gold_item(value: Any, number: int, task: str | None, known: Sequence[str], key: str, mapping: TaskMap) -> GoldItem:

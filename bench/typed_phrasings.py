@@ -1,0 +1,106 @@
+"""Typed values end to end on the real engine (issue 46): each phrasing of tests/test_values.py in a sentence.
+
+    python -m bench.typed_phrasings          # the default model on vLLM; ~2-4 min on 2 cores
+
+Each phrasing is put in a short sentence and extracted by a one-field task whose field has the
+phrasing's type: the model copies the evidence (grounded decoding), the service types it. A row
+passes when ``data`` holds the table's value and the span's evidence is exactly where the text
+states it. Results: ``bench/results/typed_phrasings.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import time
+from typing import Any
+
+from bench.common import RESULTS
+from extractor import Extractor, Settings
+from extractor.catalog.tasks import task_from_schema
+from extractor.errors import ExtractorError
+from extractor.pipeline import Options
+from tests.test_values import PHRASINGS, REFERENCE
+
+WHAT = {
+    "date": "the date",
+    "date-time": "the date and time",
+    "time": "the time of day",
+    "duration": "how long it lasts",
+    "number": "the number, amount or quantity",
+    "integer": "the number",
+}
+
+
+def sentence(kind: str, evidence: str) -> str:
+    chinese = any("\u4e00" <= c <= "\u9fff" for c in evidence)
+    if chinese:
+        return f"请注意：{evidence}。"
+    return f"Please note: {evidence}. Thank you."
+
+
+def schema(kind: str, settings: dict[str, Any]) -> dict[str, Any]:
+    node: dict[str, Any] = {"description": WHAT[kind]}
+    if kind in ("number", "integer"):
+        node["type"] = [kind, "null"]
+    else:
+        node.update({"type": ["string", "null"], "format": kind})
+    if settings:
+        node["x-extractor"] = settings
+    return {
+        "type": "object",
+        "properties": {"value": node},
+        "required": ["value"],
+        "x-extractor": {"temperature": 0},
+    }
+
+
+async def main() -> None:
+    extractor = Extractor(settings=Settings.from_env(engine="vllm"))
+    await extractor.astart()
+    rows: list[dict[str, Any]] = []
+
+    async def one(kind: str, settings: dict[str, Any], evidence: str, expected: Any, unit: str | None) -> None:
+        text = sentence(kind, evidence)
+        task = task_from_schema(f"typed_{kind}", schema(kind, settings), where="bench")
+        row: dict[str, Any] = {"kind": kind, "evidence": evidence, "expected": expected}
+        try:
+            result = await extractor.arun(task, text, options=Options(reference_date=REFERENCE))
+            span = next((s for s in result.spans if s.path == "/value"), None)
+            row["value"] = result.data.get("value")
+            row["span"] = text[span.start : span.end] if span and span.start is not None else None
+            row["ok"] = row["value"] == expected and span is not None and span.status == "exact"
+            row["exact_words"] = row["span"] == evidence
+        except ExtractorError as error:
+            row.update(ok=False, error=str(error)[:120])
+        rows.append(row)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one(*p) for p in PHRASINGS))
+    elapsed = time.perf_counter() - started
+    await extractor.aclose()
+    passed = sum(r["ok"] for r in rows)
+    lines = [
+        "# Typed values end to end (real engine)",
+        "",
+        f"`python -m bench.typed_phrasings`, {dt.date.today().isoformat()}, SmolLM2-135M-Instruct on vLLM (CPU), "
+        f"reference date {REFERENCE.isoformat()}: **{passed} of {len(rows)}** phrasings typed right with an exact "
+        f"evidence span ({elapsed:.0f} s for all). Each phrasing sits in a short sentence; a one-field task of its "
+        "type reads it.",
+        "",
+        "| kind | evidence in the text | expected | data | evidence span | ok |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in sorted(rows, key=lambda r: (r["kind"], r["evidence"])):
+        shown = r.get("error") or json.dumps(r.get("value"), ensure_ascii=False)
+        lines.append(
+            f"| {r['kind']} | {r['evidence']} | {json.dumps(r['expected'], ensure_ascii=False)} | {shown} | "
+            f"{r.get('span')} | {'yes' if r['ok'] else 'no'} |"
+        )
+    (RESULTS / "typed_phrasings.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"{passed}/{len(rows)} in {elapsed:.0f} s")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
