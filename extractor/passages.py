@@ -9,7 +9,8 @@ chunk used to fail the whole document. Read by field instead (``x-extractor.chun
    else its title, description and name), the first passage breaking ties; or takes the first or
    last ones (``x-extractor.from``: ``"start"``, ``"end"``), where a document's form puts it;
 3. the field alone is asked of its ``k`` best passages (``x-extractor.passages``, default 2),
-   concurrently, on a one-field task whose schema is that field's;
+   concurrently, on a one-field task whose schema is that field's (``"expect": true``: without
+   null or an empty list, where the analyst knows those passages state it);
 4. the passages' answers merge per field: a list takes the union without repeats, any other
    value the first grounded answer in passage rank (``x-extractor.merge: "first"``: in
    document order instead).
@@ -85,7 +86,7 @@ def rank(passages: Sequence[str], query: str, k: int) -> list[int]:
 @functools.lru_cache(maxsize=512)
 def field_task(task: Task, name: str) -> Task:
     """``task`` narrowed to one top-level field: its schema, prompt and examples hold that field only."""
-    node = task.schema["properties"][name]
+    node = _expected(task.schema["properties"][name])
     source: dict[str, Any] = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "type": "object",
@@ -98,14 +99,19 @@ def field_task(task: Task, name: str) -> Task:
             source[key] = task.schema[key]
     settings = task.source_schema.get(SETTINGS_KEY) or {}
     kept = {k: v for k, v in settings.items() if k in _KEPT}
-    examples = [{"text": e.text, "output": {name: e.output.get(name)}} for e in task.examples if name in e.output]
+    expect = node is not task.schema["properties"][name]
+    examples = [
+        {"text": e.text, "output": {name: e.output.get(name)}}
+        for e in task.examples
+        if name in e.output and not (expect and e.output.get(name) in (None, []))
+    ]
     if examples:
         kept["examples"] = examples
     source[SETTINGS_KEY] = kept
     narrowed = task_from_schema(f"{task.name}.{name}", source, where=f"{task.schema_path}#/properties/{name}")
     return replace(
         narrowed,
-        pool=_field_pool(task, name),
+        pool=_field_pool(task, name, stated_only=expect),
         settings=replace(narrowed.settings, examples_from_pool=task.settings.examples_from_pool),
         template=task.template,
         prompt_path=task.prompt_path,
@@ -116,7 +122,22 @@ def field_task(task: Task, name: str) -> Task:
     )
 
 
-def _field_pool(task: Task, name: str) -> ExamplePool | None:
+def _expected(node: Any) -> Any:
+    """A field marked ``"expect": true`` (its passages do state it) asked for a value: no null, no empty list."""
+    own = node.get(SETTINGS_KEY) if isinstance(node, Mapping) else None
+    if not isinstance(own, Mapping) or own.get("expect") is not True:
+        return node
+    asked = dict(node)
+    types = asked.get("type")
+    if isinstance(types, list) and "null" in types and len(types) > 1:
+        asked["type"] = [t for t in types if t != "null"]
+        asked["type"] = asked["type"][0] if len(asked["type"]) == 1 else asked["type"]
+    if asked.get("type") == "array":
+        asked["minItems"] = max(1, int(asked.get("minItems", 0)))
+    return asked
+
+
+def _field_pool(task: Task, name: str, *, stated_only: bool = False) -> ExamplePool | None:
     """The task's pool with each line's answer narrowed to ``name``: worked examples for one field."""
     if task.pool is None or not len(task.pool):
         return None
@@ -125,7 +146,7 @@ def _field_pool(task: Task, name: str) -> ExamplePool | None:
     examples = tuple(
         Example(e.text, {name: e.output.get(name)}, e.id)
         for e in task.pool.examples
-        if e.output.get(name) not in (None, []) or all(v in (None, []) for v in e.output.values())
+        if e.output.get(name) not in (None, []) or (not stated_only and all(v in (None, []) for v in e.output.values()))
     )
     if not examples:
         return None

@@ -120,3 +120,24 @@ def test_gold_lines_may_name_documents(tmp_path: Path) -> None:
     gold.write_text(json.dumps({"file": "nda.docx", "task": "nda", "expected": {"jurisdiction": "New York"}}) + "\n")
     items = load_gold(gold, task=None, known=["nda"])
     assert "State of New York" in items[0].text
+
+
+def test_an_expected_field_is_asked_for_a_value(tmp_path: Path) -> None:
+    from extractor.passages import field_task
+
+    schema = json.loads(json.dumps(SCHEMA))
+    schema["properties"]["party"]["x-extractor"]["expect"] = True
+    schema["properties"]["effective_date"]["x-extractor"]["expect"] = True
+    empty = {"party": [], "effective_date": None, "jurisdiction": None, "term": None}
+    schema["x-extractor"]["examples"] = [{"text": "Nothing here.", "output": empty}]
+    root = tmp_path / "c"
+    (root / "schemas").mkdir(parents=True)
+    (root / "prompts").mkdir()
+    (root / "schemas" / "nda.json").write_text(json.dumps(schema))
+    (root / "prompts" / "nda.j2").write_text("Answer.")
+    task = Catalog.load(root).get("nda")
+    party = field_task(task, "party").engine_schema["properties"]["party"]
+    assert party["minItems"] == 1
+    assert field_task(task, "effective_date").engine_schema["properties"]["effective_date"]["type"] == "string"
+    assert field_task(task, "party").examples == ()  # the example stating nothing is not shown for it
+    assert field_task(task, "term").engine_schema["properties"]["term"]["type"] == ["string", "null"]

@@ -25,7 +25,7 @@ NUMBERS = ("number", "integer")
 SETTINGS_KEY = "x-extractor"
 FIELD_SETTINGS = ("unit", "currency", "date_order", "languages", "percent")
 # Read by extractor.passages on any top-level field: where a long document's passages come from.
-PASSAGE_SETTINGS = ("query", "passages", "merge", "from")
+PASSAGE_SETTINGS = ("query", "passages", "merge", "from", "expect")
 EVIDENCE_MAX_CHARS = 120
 _MAX_DEPTH = 32
 _REF_REPEATS = 3
