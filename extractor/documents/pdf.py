@@ -7,7 +7,8 @@ becomes a newline. A hyphen PDFium marks as a line-end hyphen is dropped and the
 ("exam-/ple" -> "example"). The order is PDFium's (the content stream's); columns a producer
 wrote out of order are not re-ordered. Boxes are relative to the crop box's top-left corner (what
 a renderer draws); a page's /Rotate is not applied to them. Pages without a text layer (scans)
-have no text: a PDF with none at all is refused, since extractor does not run OCR.
+are read by OCR (``EXTRACTOR_OCR``, :mod:`extractor.documents.ocr`): the words' boxes become
+the characters' boxes, in the same frame; a PDF with no text at all, OCR'd or not, is refused.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ import math
 import threading
 import unicodedata
 from array import array
+from dataclasses import dataclass
 
 import pypdfium2 as pdfium
 import pypdfium2.raw as raw
 
+from extractor.documents import ocr
 from extractor.documents.model import PDF, Document, Limits, PageSize, Segment
 from extractor.errors import DocumentError, DocumentTooLargeError, EncryptedDocumentError, NoTextLayerError
 
@@ -74,100 +77,262 @@ def open_pdf(data: bytes, *, limits: Limits) -> pdfium.PdfDocument:
 
 
 def convert(data: bytes, *, limits: Limits, name: str | None = None) -> Document:
-    """The PDF's text layer as one text, with a segment per line and a loose box per character."""
+    """The PDF's text layer as one text, with a segment per line and a loose box per character.
+
+    Pages without a text layer (every page under ``limits.ocr.mode == "always"``) are read by OCR
+    (:mod:`extractor.documents.ocr`); PDFium's lock is let go while tesseract reads a page.
+    """
     with PDFIUM_LOCK:
         pdf = open_pdf(data, limits=limits)
-        try:
-            return _convert(pdf, limits=limits, name=name)
-        finally:
+    try:
+        return _convert(pdf, limits=limits, name=name)
+    finally:
+        with PDFIUM_LOCK:
             pdf.close()
 
 
+class _Text:
+    """The text being assembled, page after page: characters, their boxes and confidences, line segments."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.out: list[str] = []
+        self.boxes = array("f")
+        self.confidences = array("f")
+        self.segments: list[Segment] = []
+        self.pending_break = False  # a line (or page) ended: the next character decides the separator
+        self.joined = False  # the line ended in a dropped hyphen: join without a separator
+        self.paragraph = False  # the line ended a paragraph (OCR's): a newline, whatever the gap
+        self.line_start = 0
+        self.last: tuple[int, float, float] | None = None  # page, top and bottom of the last character with ink
+
+    @property
+    def length(self) -> int:
+        return len(self.out)
+
+    def end_line(self, page: int) -> None:
+        if self.length > self.line_start:
+            self.segments.append(Segment(self.line_start, self.length, page=page))
+        self.line_start = self.length
+        self.pending_break = True
+
+    def add(self, char: str, box: tuple[float, float, float, float], page: int, confidence: float = _NAN) -> None:
+        if self.pending_break and self.length > 0:
+            # a gap of over half a line above this line (same page): a new paragraph
+            last = self.last
+            gap = last is not None and last[0] == page and box[1] - last[2] > 0.5 * (last[2] - last[1])
+            separator = "" if self.joined else "\n" if gap or self.paragraph else _separator(self.out[-1], char)
+            if separator:
+                self._append(separator, (_NAN, _NAN, _NAN, _NAN), _NAN, page)
+            self.line_start = self.length
+        self.pending_break = self.joined = self.paragraph = False
+        self._append(char, box, confidence, page)
+        if box[0] == box[0]:  # not NaN: this character has ink
+            self.last = (page, box[1], box[3])
+
+    def _append(self, char: str, box: tuple[float, float, float, float], confidence: float, page: int) -> None:
+        self.out.append(char)
+        self.boxes.extend(box)
+        self.confidences.append(confidence)
+        if self.length > self.limits.max_chars:
+            raise DocumentTooLargeError(
+                f"the PDF's text is over {self.limits.max_chars} characters by page {page} "
+                "(EXTRACTOR_MAX_DOCUMENT_CHARS); split it"
+            )
+
+
 def _convert(pdf: pdfium.PdfDocument, *, limits: Limits, name: str | None) -> Document:
-    out: list[str] = []
-    boxes = array("f")
-    segments: list[Segment] = []
+    text = _Text(limits)
     sizes: list[PageSize] = []
     empty_pages: list[int] = []
-    rect = raw.FS_RECTF()
-    pending_break = False  # a line (or page) ended: the next character decides the separator
-    joined = False  # the line ended in a dropped hyphen: join without a separator
-    line_start = 0
-    length = 0
-    last: tuple[int, float, float] | None = None  # page, top and bottom of the last character with ink
-
-    def end_line(page: int) -> None:
-        nonlocal line_start
-        if length > line_start:
-            segments.append(Segment(line_start, length, page=page))
-        line_start = length
-
-    for index in range(len(pdf)):
+    ocr_pages: list[int] = []
+    timed_out: list[int] = []
+    with PDFIUM_LOCK:
+        count = len(pdf)
+    for index in range(count):
         page_number = index + 1
-        page = pdf[index]
-        width, height = page.get_size()
-        # boxes relative to the visible page (the crop box, which is what a renderer draws)
-        left, _, _, top = page.get_cropbox()
-        sizes.append(PageSize(round(width, 2), round(height, 2)))
-        textpage = page.get_textpage()
-        count = textpage.count_chars()
-        before = length
-        try:
-            low = False  # the previous character was a surrogate pair's high half: this one is done
-            for i in range(count):
-                if low:
-                    low = False
-                    continue
-                char, low = _char(textpage, i, count)
-                if char in "\r\n":
-                    end_line(page_number)
-                    pending_break = True
-                    continue
-                if char in _SOFT_HYPHENS and _at_line_end(textpage, i, count):
-                    joined = True  # PDFium's line-end hyphen: the word goes on on the next line
-                    continue
-                box = (_NAN, _NAN, _NAN, _NAN)
-                if not (char.isspace() or raw.FPDFText_IsGenerated(textpage, i)):
-                    raw.FPDFText_GetLooseCharBox(textpage, i, ctypes.byref(rect))
-                    box = (rect.left - left, top - rect.top, rect.right - left, top - rect.bottom)
-                if pending_break and length > 0:
-                    # a gap of over half a line above this line (same page): a new paragraph
-                    gap = last is not None and last[0] == page_number and box[1] - last[2] > 0.5 * (last[2] - last[1])
-                    separator = "" if joined else "\n" if gap else _separator(out[-1], char)
-                    if separator:
-                        out.append(separator)
-                        boxes.extend((_NAN, _NAN, _NAN, _NAN))
-                        length += 1
-                    line_start = length
-                pending_break = joined = False
-                boxes.extend(box)
-                if box[0] == box[0]:  # not NaN: this character has ink
-                    last = (page_number, box[1], box[3])
-                out.append(char)
-                length += 1
-                if length > limits.max_chars:
-                    raise DocumentTooLargeError(
-                        f"the PDF's text is over {limits.max_chars} characters by page {page_number} "
-                        "(EXTRACTOR_MAX_DOCUMENT_CHARS); split it"
-                    )
-        finally:
-            textpage.close()
-            page.close()
-        end_line(page_number)
-        pending_break = True
-        if length == before:
+        with PDFIUM_LOCK:
+            page = pdf[index]
+            try:
+                width, height = page.get_size()
+                sizes.append(PageSize(round(width, 2), round(height, 2)))
+                layer = _layer(page) if limits.ocr.mode != "always" else []
+                image = None
+                if limits.ocr.mode == "always" or (limits.ocr.mode == "auto" and not any(c.strip() for c, _ in layer)):
+                    image = _draw(page, limits=limits)
+            finally:
+                page.close()
+        before = text.length
+        if image is None:
+            _add_layer(text, layer, page_number)
+        else:
+            pixels, placement = image
+            words = ocr.recognize(
+                pixels, languages=limits.ocr.languages, dpi=round(72 * placement.scale), timeout_s=limits.ocr.timeout_s
+            )
+            if words is None:
+                timed_out.append(page_number)
+            else:
+                ocr_pages.append(page_number)
+                _add_words(text, words, placement, page_number)
+        text.end_line(page_number)
+        if text.length == before:
             empty_pages.append(page_number)
-    text = "".join(out)
-    if not text.strip():
+    joined = "".join(text.out)
+    past = f"pages where OCR ran past {limits.ocr.timeout_s:g} s (EXTRACTOR_OCR_TIMEOUT_S), not read"
+    unread = [f"{past}: {_pages(timed_out)}"] if timed_out else []
+    if not joined.strip():
+        if limits.ocr.mode == "off":
+            raise NoTextLayerError(
+                f"the PDF's {len(sizes)} page(s) have no text layer (a scan?) and OCR is off (EXTRACTOR_OCR=off): "
+                "set EXTRACTOR_OCR=auto, or run OCR first (e.g. ocrmypdf -l chi_sim+eng) and send the result"
+            )
         raise NoTextLayerError(
-            f"the PDF's {len(sizes)} page(s) have no text layer (a scan?); extractor does not run OCR: "
-            "run OCR first (e.g. ocrmypdf -l chi_sim+eng) and send the result"
+            f"the PDF's {len(sizes)} page(s) have no text layer and OCR ({limits.ocr.languages}) read no text "
+            "either (blank pages, or images without writing)" + (f"; {'; '.join(unread)}" if unread else "")
         )
-    notes: tuple[str, ...] = ()
-    if empty_pages:
-        shown = ", ".join(map(str, empty_pages[:20])) + (" ..." if len(empty_pages) > 20 else "")
-        notes = (f"pages without text (images or scans, not read): {shown}",)
-    return Document(text, PDF, tuple(segments), tuple(sizes), boxes, name=name, notes=notes)
+    notes: list[str] = []
+    if ocr_pages:
+        notes.append(f"pages read by OCR (tesseract, {limits.ocr.languages}): {_pages(ocr_pages)}")
+    notes += unread
+    blank = [p for p in empty_pages if p in ocr_pages]
+    if blank:
+        notes.append(f"pages where OCR read no text (blank, or images without writing): {_pages(blank)}")
+    skipped = [p for p in empty_pages if p not in ocr_pages and p not in timed_out]
+    if skipped:
+        notes.append(f"pages without text (images or scans, not read): {_pages(skipped)}")
+    return Document(
+        joined,
+        PDF,
+        tuple(text.segments),
+        tuple(sizes),
+        text.boxes,
+        name=name,
+        notes=tuple(notes),
+        confidences=text.confidences if ocr_pages else None,
+        ocr_pages=tuple(ocr_pages),
+    )
+
+
+def _pages(numbers: list[int]) -> str:
+    return ", ".join(map(str, numbers[:20])) + (" ..." if len(numbers) > 20 else "")
+
+
+# one item of a page's text layer: a character and its box, "\n" (a line break) or "-" with a NaN box at
+# a line end (PDFium's line-end hyphen: the word goes on on the next line)
+_Item = tuple[str, tuple[float, float, float, float]]
+_NO_BOX = (_NAN, _NAN, _NAN, _NAN)
+_JOIN = ("\x02", _NO_BOX)
+
+
+def _layer(page: pdfium.PdfPage) -> list[_Item]:
+    """The page's text layer: each character with its box (relative to the crop box's top-left corner)."""
+    # boxes relative to the visible page (the crop box, which is what a renderer draws)
+    left, _, _, top = page.get_cropbox()
+    textpage = page.get_textpage()
+    items: list[_Item] = []
+    rect = raw.FS_RECTF()
+    try:
+        count = textpage.count_chars()
+        low = False  # the previous character was a surrogate pair's high half: this one is done
+        for i in range(count):
+            if low:
+                low = False
+                continue
+            char, low = _char(textpage, i, count)
+            if char in "\r\n":
+                items.append(("\n", _NO_BOX))
+                continue
+            if char in _SOFT_HYPHENS and _at_line_end(textpage, i, count):
+                items.append(_JOIN)
+                continue
+            box = _NO_BOX
+            if not (char.isspace() or raw.FPDFText_IsGenerated(textpage, i)):
+                raw.FPDFText_GetLooseCharBox(textpage, i, ctypes.byref(rect))
+                box = (rect.left - left, top - rect.top, rect.right - left, top - rect.bottom)
+            items.append((char, box))
+    finally:
+        textpage.close()
+    return items
+
+
+def _add_layer(text: _Text, items: list[_Item], page: int) -> None:
+    for item in items:
+        if item is _JOIN:
+            text.joined = True
+        elif item[0] == "\n":
+            text.end_line(page)
+        else:
+            text.add(item[0], item[1], page)
+
+
+@dataclass(frozen=True)
+class _Placement:
+    """How a drawn page's pixels map back to points in the page's unrotated frame (the text layer's)."""
+
+    scale: float  # pixels per point
+    rotation: int  # the page's /Rotate, applied by the renderer
+    width: float  # the unrotated crop box, in points
+    height: float
+
+    def box(self, x0: float, y0: float, x1: float, y1: float) -> tuple[float, float, float, float]:
+        """A box in the drawn image's pixels as points relative to the unrotated crop box's top-left corner."""
+        a, b, c, d = x0 / self.scale, y0 / self.scale, x1 / self.scale, y1 / self.scale
+        if self.rotation == 90:  # drawn turned clockwise: a drawn (X, Y) is (Y, height - X) unrotated
+            a, b, c, d = b, self.height - c, d, self.height - a
+        elif self.rotation == 180:
+            a, b, c, d = self.width - c, self.height - d, self.width - a, self.height - b
+        elif self.rotation == 270:
+            a, b, c, d = self.width - d, a, self.width - b, c
+        return (a, b, c, d)
+
+
+def _draw(page: pdfium.PdfPage, *, limits: Limits) -> tuple[bytes, _Placement]:
+    """The page drawn in grey for OCR, as PGM bytes, at ``limits.ocr.dpi`` (its longer side bounded)."""
+    width, height = page.get_size()
+    scale = min(limits.ocr.dpi / 72, limits.ocr.max_pixels / max(width, height, 1.0))
+    if not math.isfinite(scale) or scale <= 0:
+        raise DocumentError("a page has no drawable size")
+    image = page.render(scale=scale, grayscale=True).to_pil()
+    rotation = page.get_rotation()
+    left, bottom, right, top = page.get_cropbox()
+    buffer = io.BytesIO()
+    image.convert("L").save(buffer, format="PPM")
+    return buffer.getvalue(), _Placement(scale, rotation, right - left, top - bottom)
+
+
+def _add_words(text: _Text, words: list[ocr.Word], placement: _Placement, page: int) -> None:
+    """OCR's words as text: a space between words (none between CJK), a line break between lines.
+
+    Lines join as a text layer's do, except that tesseract's paragraphs, not the gaps between lines,
+    make the newlines (its boxes are the ink's, tighter than a font's, so every gap looks wide).
+    Each character gets an equal slice of its word's width (tesseract boxes words, not characters),
+    and the word's confidence. A line's last word ending in a hyphen is joined to the next line's
+    first, as PDFium's line-end hyphens are.
+    """
+    previous: ocr.Word | None = None
+    for i, word in enumerate(words):
+        chars = word.text
+        line_end = i + 1 == len(words) or words[i + 1].line != word.line
+        hyphen = line_end and len(chars) > 1 and chars[-1] in "-\u00ad\u2010" and chars[-2].isalpha()
+        if hyphen:
+            chars = chars[:-1]
+        if previous is not None and previous.line != word.line:
+            text.end_line(page)
+            if previous.line[:2] != word.line[:2]:
+                text.paragraph = True  # another block or paragraph
+            else:
+                text.last = None  # the next line of the paragraph: no gap measured
+        elif previous is not None and not (_wide(text.out[-1]) and _wide(chars[0])):
+            text.add(" ", _NO_BOX, page)
+        x0, y0, x1, y1 = word.box
+        step = (x1 - x0) / len(word.text)
+        for k, char in enumerate(chars):
+            text.add(char, placement.box(x0 + k * step, y0, x0 + (k + 1) * step, y1), page, word.confidence)
+        if hyphen:
+            text.end_line(page)
+            text.joined = True
+        previous = word
 
 
 def _char(textpage: pdfium.PdfTextPage, i: int, count: int) -> tuple[str, bool]:
