@@ -8,10 +8,11 @@ import httpx
 import pytest
 
 from extractor import Extractor, ScriptedEngine, documents
+from extractor.catalog.tasks import task_from_schema
 from extractor.config import Settings
 from extractor.documents import Limits, Ocr, ocr
 from extractor.documents.provenance import attach
-from extractor.errors import ConfigError, NoTextLayerError, OcrUnavailableError
+from extractor.errors import ConfigError, NoTextLayerError, OcrUnavailableError, TaskError
 from extractor.results import ExtractionResult, SpanModel, Usage
 
 from .conftest import landmark
@@ -184,3 +185,13 @@ async def test_over_http_a_scan_is_read_and_off_or_no_tesseract_answer_what_to_d
         ocr.installed_languages.cache_clear()
     assert response.status_code == 503 and response.json()["error"] == "ocr_unavailable"
     assert "apt-get install tesseract-ocr" in response.json()["message"]
+
+
+async def test_a_tasks_own_languages_reach_ocr_and_bad_ones_fail_at_load(extractor: Extractor, scan: Scan) -> None:
+    schema = {"type": "object", "properties": {"party": {"type": "string"}}}
+    german = task_from_schema("nda", {**schema, "x-extractor": {"ocr_languages": "deu"}}, where="nda")
+    assert german.settings.ocr_languages == "deu"
+    with pytest.raises(OcrUnavailableError, match="apt-get install tesseract-ocr-deu"):
+        await extractor.aextract_document(german, scan.pdf)
+    with pytest.raises(TaskError, match="ocr_languages"):
+        task_from_schema("nda", {**schema, "x-extractor": {"ocr_languages": "eng; rm"}}, where="nda")

@@ -48,6 +48,8 @@ _SETTINGS_SCHEMA: dict[str, Any] = {
         "allow_unenforced": {"type": "boolean"},
         "strict_enforcement": {"type": "boolean"},
         "grounded_decoding": {"type": "boolean"},
+        # tesseract's languages for the PDF pages of this task's documents read by OCR (EXTRACTOR_OCR_LANGUAGES)
+        "ocr_languages": {"type": "string", "pattern": "^[a-z]{3}(_[a-z]+)*(\\+[a-z]{3}(_[a-z]+)*)*$"},
         # each value's confidence from its tokens' logprobs (default: the global EXTRACTOR_CONFIDENCES)
         "confidences": {"type": "boolean"},
         # a LoRA adapter: a folder under the catalog root, false for none (default: adapters/<task>/ if there)
@@ -141,6 +143,8 @@ class TaskSettings:
     # Ask vLLM for each token's logprob, what confidences are made of (None: the global setting). False
     # saves what vLLM charges for them (on an H200 `extractor batch` 0.84 -> 1.09 of raw vLLM).
     confidences: bool | None = None
+    # tesseract's languages for the OCR'd pages of this task's documents (None: EXTRACTOR_OCR_LANGUAGES)
+    ocr_languages: str | None = None
 
     @property
     def unenforced_allowed(self) -> bool:

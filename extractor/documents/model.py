@@ -45,11 +45,14 @@ class Limits:
     ocr: Ocr = field(default_factory=Ocr)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Limits:
-        """The limits a service or CLI runs under (EXTRACTOR_MAX_DOCUMENT_PAGES, _CHARS, EXTRACTOR_OCR*)."""
+    def from_settings(cls, settings: Settings, *, ocr_languages: str | None = None) -> Limits:
+        """The limits a service or CLI runs under (EXTRACTOR_MAX_DOCUMENT_PAGES, _CHARS, EXTRACTOR_OCR*).
+
+        ``ocr_languages``: a task's own (``x-extractor.ocr_languages``), over EXTRACTOR_OCR_LANGUAGES.
+        """
         ocr = Ocr(
             mode=settings.ocr,
-            languages=settings.ocr_languages,
+            languages=ocr_languages or settings.ocr_languages,
             dpi=settings.ocr_dpi,
             timeout_s=settings.ocr_timeout_s,
         )
