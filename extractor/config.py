@@ -138,6 +138,8 @@ class Settings:
     ocr_languages: str = "eng+chi_sim"
     ocr_dpi: int = 300
     ocr_timeout_s: float = 30.0
+    # pages of one document read at once (a tesseract process each, one core each)
+    ocr_workers: int = 2
     request_timeout_s: float = 120.0
     ready_cache_s: float = 5.0
     shutdown_timeout_s: float = 30.0
@@ -247,6 +249,7 @@ class Settings:
             "max_text_chars",
             "max_document_pages",
             "max_document_chars",
+            "ocr_workers",
             "chat_max_tokens",
         )
         timeouts = (

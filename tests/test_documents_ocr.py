@@ -195,3 +195,14 @@ async def test_a_tasks_own_languages_reach_ocr_and_bad_ones_fail_at_load(extract
         await extractor.aextract_document(german, scan.pdf)
     with pytest.raises(TaskError, match="ocr_languages"):
         task_from_schema("nda", {**schema, "x-extractor": {"ocr_languages": "eng; rm"}}, where="nda")
+
+
+def test_pages_read_at_once_come_back_in_page_order() -> None:
+    pages = [["Alpha is the first scanned page."], ["Bravo is the second one."], ["Charlie is the third one."]]
+    mixed = text_page_then("The Nasrid dynasty of Granada built it.", scanned_pdf(pages).pdf)
+    one = documents.read(mixed, limits=Limits(ocr=Ocr(workers=1)))
+    three = documents.read(mixed, limits=Limits(ocr=Ocr(workers=3)))
+    assert three.text == one.text and three.ocr_pages == one.ocr_pages == (2, 3, 4)
+    order = [three.text.index(word) for word in ("Nasrid", "Alpha", "Bravo", "Charlie")]
+    assert order == sorted(order)
+    assert [located(three, word).pages for word in ("Alpha", "Bravo", "Charlie")] == [(2,), (3,), (4,)]

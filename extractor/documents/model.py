@@ -23,7 +23,8 @@ class Ocr:
 
     ``mode``: "auto" reads the pages without a text layer, "always" every page (its text layer
     ignored), "off" none. ``languages``: tesseract's codes joined by "+". A page is drawn at
-    ``dpi`` (its longer side at most ``max_pixels``) and read within ``timeout_s`` seconds.
+    ``dpi`` (its longer side at most ``max_pixels``) and read within ``timeout_s`` seconds, by
+    ``workers`` tesseract processes at once (one core each).
     """
 
     mode: str = "auto"
@@ -31,6 +32,7 @@ class Ocr:
     dpi: int = 300
     max_pixels: int = 5000
     timeout_s: float = 30.0
+    workers: int = 2
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ class Limits:
             languages=ocr_languages or settings.ocr_languages,
             dpi=settings.ocr_dpi,
             timeout_s=settings.ocr_timeout_s,
+            workers=settings.ocr_workers,
         )
         return cls(max_pages=settings.max_document_pages, max_chars=settings.max_document_chars, ocr=ocr)
 

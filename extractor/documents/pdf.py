@@ -19,6 +19,8 @@ import math
 import threading
 import unicodedata
 from array import array
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pypdfium2 as pdfium
@@ -80,7 +82,8 @@ def convert(data: bytes, *, limits: Limits, name: str | None = None) -> Document
     """The PDF's text layer as one text, with a segment per line and a loose box per character.
 
     Pages without a text layer (every page under ``limits.ocr.mode == "always"``) are read by OCR
-    (:mod:`extractor.documents.ocr`); PDFium's lock is let go while tesseract reads a page.
+    (:mod:`extractor.documents.ocr`), ``limits.ocr.workers`` pages at once; PDFium's lock is let go
+    while tesseract reads.
     """
     with PDFIUM_LOCK:
         pdf = open_pdf(data, limits=limits)
@@ -149,35 +152,58 @@ def _convert(pdf: pdfium.PdfDocument, *, limits: Limits, name: str | None) -> Do
     timed_out: list[int] = []
     with PDFIUM_LOCK:
         count = len(pdf)
-    for index in range(count):
-        page_number = index + 1
-        with PDFIUM_LOCK:
-            page = pdf[index]
-            try:
-                width, height = page.get_size()
-                sizes.append(PageSize(round(width, 2), round(height, 2)))
-                layer = _layer(page) if limits.ocr.mode != "always" else []
-                image = None
-                if limits.ocr.mode == "always" or (limits.ocr.mode == "auto" and not any(c.strip() for c, _ in layer)):
-                    image = _draw(page, limits=limits)
-            finally:
-                page.close()
+    # pages in order, each a text layer's items or tesseract's words to come; at most ``workers``
+    # pages are being read by OCR at once (their images held), and at most 4 * workers pages wait
+    # for the first to be read (their text layers held)
+    waiting: deque[tuple[int, list[_Item], Future[list[ocr.Word] | None] | None, _Placement | None]] = deque()
+    workers = max(1, limits.ocr.workers)
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="ocr")
+
+    def settle(
+        page_number: int, layer: list[_Item], words: Future[list[ocr.Word] | None] | None, placement: _Placement | None
+    ) -> None:
         before = text.length
-        if image is None:
+        if words is None:
             _add_layer(text, layer, page_number)
         else:
-            pixels, placement = image
-            words = ocr.recognize(
-                pixels, languages=limits.ocr.languages, dpi=round(72 * placement.scale), timeout_s=limits.ocr.timeout_s
-            )
-            if words is None:
+            read = words.result()
+            if read is None:
                 timed_out.append(page_number)
             else:
+                assert placement is not None
                 ocr_pages.append(page_number)
-                _add_words(text, words, placement, page_number)
+                _add_words(text, read, placement, page_number)
         text.end_line(page_number)
         if text.length == before:
             empty_pages.append(page_number)
+
+    try:
+        for index in range(count):
+            page_number = index + 1
+            layer, image = _read_page(pdf, index, limits=limits, sizes=sizes)
+            if image is None:
+                waiting.append((page_number, layer, None, None))
+            else:
+                pixels, placement = image
+                words = pool.submit(
+                    ocr.recognize,
+                    pixels,
+                    languages=limits.ocr.languages,
+                    dpi=round(72 * placement.scale),
+                    timeout_s=limits.ocr.timeout_s,
+                )
+                waiting.append((page_number, [], words, placement))
+            while waiting and (
+                waiting[0][2] is None
+                or waiting[0][2].done()
+                or len(waiting) > 4 * workers
+                or sum(1 for w in waiting if w[2] is not None) > workers
+            ):
+                settle(*waiting.popleft())
+        while waiting:
+            settle(*waiting.popleft())
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     joined = "".join(text.out)
     past = f"pages where OCR ran past {limits.ocr.timeout_s:g} s (EXTRACTOR_OCR_TIMEOUT_S), not read"
     unread = [f"{past}: {_pages(timed_out)}"] if timed_out else []
@@ -212,6 +238,23 @@ def _convert(pdf: pdfium.PdfDocument, *, limits: Limits, name: str | None) -> Do
         confidences=text.confidences if ocr_pages else None,
         ocr_pages=tuple(ocr_pages),
     )
+
+
+def _read_page(
+    pdf: pdfium.PdfDocument, index: int, *, limits: Limits, sizes: list[PageSize]
+) -> tuple[list[_Item], tuple[bytes, _Placement] | None]:
+    """Page ``index``'s text layer, and its image when OCR is to read it (its size appended to ``sizes``)."""
+    with PDFIUM_LOCK:
+        page = pdf[index]
+        try:
+            width, height = page.get_size()
+            sizes.append(PageSize(round(width, 2), round(height, 2)))
+            layer = _layer(page) if limits.ocr.mode != "always" else []
+            if limits.ocr.mode == "always" or (limits.ocr.mode == "auto" and not any(c.strip() for c, _ in layer)):
+                return layer, _draw(page, limits=limits)
+            return layer, None
+        finally:
+            page.close()
 
 
 def _pages(numbers: list[int]) -> str:
