@@ -1,14 +1,12 @@
 """PDF -> text with a box per character, through PDFium (pypdfium2): its text layer, in its reading order.
 
-Lines are joined as a reader reads them: a line break becomes a space, or nothing between two
-wide (CJK) characters, so a value wrapped over two lines (or two pages) is one run of the text;
-after a sentence's final punctuation, or above a gap of over half a line (a new paragraph), it
-becomes a newline. A hyphen PDFium marks as a line-end hyphen is dropped and the word joined
-("exam-/ple" -> "example"). The order is PDFium's (the content stream's); columns a producer
-wrote out of order are not re-ordered. Boxes are relative to the crop box's top-left corner (what
-a renderer draws); a page's /Rotate is not applied to them. Pages without a text layer (scans)
-are read by OCR (``EXTRACTOR_OCR``, :mod:`extractor.documents.ocr`): the words' boxes become
-the characters' boxes, in the same frame; a PDF with no text at all, OCR'd or not, is refused.
+Lines are joined as a reader reads them (:mod:`extractor.documents.lines`). A hyphen PDFium
+marks as a line-end hyphen is dropped and the word joined ("exam-/ple" -> "example"). The order
+is PDFium's (the content stream's); columns a producer wrote out of order are not re-ordered.
+Boxes are relative to the crop box's top-left corner (what a renderer draws); a page's /Rotate
+is not applied to them. Pages without a text layer (scans) are read by OCR (``EXTRACTOR_OCR``,
+:mod:`extractor.documents.ocr`): the words' boxes become the characters' boxes, in the same
+frame; a PDF with no text at all, OCR'd or not, is refused.
 """
 
 from __future__ import annotations
@@ -17,44 +15,22 @@ import ctypes
 import io
 import math
 import threading
-import unicodedata
-from array import array
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 
 import pypdfium2 as pdfium
 import pypdfium2.raw as raw
 
 from extractor.documents import ocr
-from extractor.documents.model import PDF, Document, Limits, PageSize, Segment
+from extractor.documents.lines import NO_BOX, Lines
+from extractor.documents.model import PDF, Document, Limits, PageSize
 from extractor.errors import DocumentError, DocumentTooLargeError, EncryptedDocumentError, NoTextLayerError
 
 # PDFium is not thread-safe: every call into it, from any thread, holds this lock.
 PDFIUM_LOCK = threading.Lock()
-_NAN = float("nan")
 # PDFium marks a line-end hyphen-minus U+0002 (U+FFFE in its text API); Chromium prints a soft hyphen as U+2010
 _SOFT_HYPHENS = frozenset("\x02\ufffe\u00ad\u2010")
 MAX_RENDER_PIXELS = 2400  # the longer side of a rendered page image
-
-
-def _wide(char: str) -> bool:
-    return unicodedata.east_asian_width(char) in ("W", "F")
-
-
-_SENTENCE_ENDS = frozenset("。！？；：.!?;:")
-
-
-def _separator(previous: str, following: str) -> str:
-    """What a line break between two characters becomes: a newline after a sentence, else a space, else nothing.
-
-    Nothing between two wide (CJK) characters: Chinese and Japanese wrap mid-word, without spaces.
-    """
-    if previous.isspace():
-        return ""
-    if previous in _SENTENCE_ENDS:
-        return "\n"
-    return "" if _wide(previous) and _wide(following) else " "
 
 
 def open_pdf(data: bytes, *, limits: Limits) -> pdfium.PdfDocument:
@@ -94,58 +70,8 @@ def convert(data: bytes, *, limits: Limits, name: str | None = None) -> Document
             pdf.close()
 
 
-class _Text:
-    """The text being assembled, page after page: characters, their boxes and confidences, line segments."""
-
-    def __init__(self, limits: Limits) -> None:
-        self.limits = limits
-        self.out: list[str] = []
-        self.boxes = array("f")
-        self.confidences = array("f")
-        self.segments: list[Segment] = []
-        self.pending_break = False  # a line (or page) ended: the next character decides the separator
-        self.joined = False  # the line ended in a dropped hyphen: join without a separator
-        self.paragraph = False  # the line ended a paragraph (OCR's): a newline, whatever the gap
-        self.line_start = 0
-        self.last: tuple[int, float, float] | None = None  # page, top and bottom of the last character with ink
-
-    @property
-    def length(self) -> int:
-        return len(self.out)
-
-    def end_line(self, page: int) -> None:
-        if self.length > self.line_start:
-            self.segments.append(Segment(self.line_start, self.length, page=page))
-        self.line_start = self.length
-        self.pending_break = True
-
-    def add(self, char: str, box: tuple[float, float, float, float], page: int, confidence: float = _NAN) -> None:
-        if self.pending_break and self.length > 0:
-            # a gap of over half a line above this line (same page): a new paragraph
-            last = self.last
-            gap = last is not None and last[0] == page and box[1] - last[2] > 0.5 * (last[2] - last[1])
-            separator = "" if self.joined else "\n" if gap or self.paragraph else _separator(self.out[-1], char)
-            if separator:
-                self._append(separator, (_NAN, _NAN, _NAN, _NAN), _NAN, page)
-            self.line_start = self.length
-        self.pending_break = self.joined = self.paragraph = False
-        self._append(char, box, confidence, page)
-        if box[0] == box[0]:  # not NaN: this character has ink
-            self.last = (page, box[1], box[3])
-
-    def _append(self, char: str, box: tuple[float, float, float, float], confidence: float, page: int) -> None:
-        self.out.append(char)
-        self.boxes.extend(box)
-        self.confidences.append(confidence)
-        if self.length > self.limits.max_chars:
-            raise DocumentTooLargeError(
-                f"the PDF's text is over {self.limits.max_chars} characters by page {page} "
-                "(EXTRACTOR_MAX_DOCUMENT_CHARS); split it"
-            )
-
-
 def _convert(pdf: pdfium.PdfDocument, *, limits: Limits, name: str | None) -> Document:
-    text = _Text(limits)
+    text = Lines(limits)
     sizes: list[PageSize] = []
     empty_pages: list[int] = []
     ocr_pages: list[int] = []
@@ -155,12 +81,15 @@ def _convert(pdf: pdfium.PdfDocument, *, limits: Limits, name: str | None) -> Do
     # pages in order, each a text layer's items or tesseract's words to come; at most ``workers``
     # pages are being read by OCR at once (their images held), and at most 4 * workers pages wait
     # for the first to be read (their text layers held)
-    waiting: deque[tuple[int, list[_Item], Future[list[ocr.Word] | None] | None, _Placement | None]] = deque()
+    waiting: deque[tuple[int, list[_Item], Future[list[ocr.Word] | None] | None, ocr.Placement | None]] = deque()
     workers = max(1, limits.ocr.workers)
     pool = ThreadPoolExecutor(workers, thread_name_prefix="ocr")
 
     def settle(
-        page_number: int, layer: list[_Item], words: Future[list[ocr.Word] | None] | None, placement: _Placement | None
+        page_number: int,
+        layer: list[_Item],
+        words: Future[list[ocr.Word] | None] | None,
+        placement: ocr.Placement | None,
     ) -> None:
         before = text.length
         if words is None:
@@ -172,7 +101,7 @@ def _convert(pdf: pdfium.PdfDocument, *, limits: Limits, name: str | None) -> Do
             else:
                 assert placement is not None
                 ocr_pages.append(page_number)
-                _add_words(text, read, placement, page_number)
+                ocr.add_words(text, read, placement, page_number)
         text.end_line(page_number)
         if text.length == before:
             empty_pages.append(page_number)
@@ -242,7 +171,7 @@ def _convert(pdf: pdfium.PdfDocument, *, limits: Limits, name: str | None) -> Do
 
 def _read_page(
     pdf: pdfium.PdfDocument, index: int, *, limits: Limits, sizes: list[PageSize]
-) -> tuple[list[_Item], tuple[bytes, _Placement] | None]:
+) -> tuple[list[_Item], tuple[bytes, ocr.Placement] | None]:
     """Page ``index``'s text layer, and its image when OCR is to read it (its size appended to ``sizes``)."""
     with PDFIUM_LOCK:
         page = pdf[index]
@@ -251,7 +180,7 @@ def _read_page(
             sizes.append(PageSize(round(width, 2), round(height, 2)))
             layer = _layer(page) if limits.ocr.mode != "always" else []
             if limits.ocr.mode == "always" or (limits.ocr.mode == "auto" and not any(c.strip() for c, _ in layer)):
-                return layer, _draw(page, limits=limits)
+                return layer, ocr.draw(page, ocr=limits.ocr)
             return layer, None
         finally:
             page.close()
@@ -264,8 +193,7 @@ def _pages(numbers: list[int]) -> str:
 # one item of a page's text layer: a character and its box, "\n" (a line break) or "-" with a NaN box at
 # a line end (PDFium's line-end hyphen: the word goes on on the next line)
 _Item = tuple[str, tuple[float, float, float, float]]
-_NO_BOX = (_NAN, _NAN, _NAN, _NAN)
-_JOIN = ("\x02", _NO_BOX)
+_JOIN = ("\x02", NO_BOX)
 
 
 def _layer(page: pdfium.PdfPage) -> list[_Item]:
@@ -284,12 +212,12 @@ def _layer(page: pdfium.PdfPage) -> list[_Item]:
                 continue
             char, low = _char(textpage, i, count)
             if char in "\r\n":
-                items.append(("\n", _NO_BOX))
+                items.append(("\n", NO_BOX))
                 continue
             if char in _SOFT_HYPHENS and _at_line_end(textpage, i, count):
                 items.append(_JOIN)
                 continue
-            box = _NO_BOX
+            box = NO_BOX
             if not (char.isspace() or raw.FPDFText_IsGenerated(textpage, i)):
                 raw.FPDFText_GetLooseCharBox(textpage, i, ctypes.byref(rect))
                 box = (rect.left - left, top - rect.top, rect.right - left, top - rect.bottom)
@@ -299,7 +227,7 @@ def _layer(page: pdfium.PdfPage) -> list[_Item]:
     return items
 
 
-def _add_layer(text: _Text, items: list[_Item], page: int) -> None:
+def _add_layer(text: Lines, items: list[_Item], page: int) -> None:
     for item in items:
         if item is _JOIN:
             text.joined = True
@@ -307,75 +235,6 @@ def _add_layer(text: _Text, items: list[_Item], page: int) -> None:
             text.end_line(page)
         else:
             text.add(item[0], item[1], page)
-
-
-@dataclass(frozen=True)
-class _Placement:
-    """How a drawn page's pixels map back to points in the page's unrotated frame (the text layer's)."""
-
-    scale: float  # pixels per point
-    rotation: int  # the page's /Rotate, applied by the renderer
-    width: float  # the unrotated crop box, in points
-    height: float
-
-    def box(self, x0: float, y0: float, x1: float, y1: float) -> tuple[float, float, float, float]:
-        """A box in the drawn image's pixels as points relative to the unrotated crop box's top-left corner."""
-        a, b, c, d = x0 / self.scale, y0 / self.scale, x1 / self.scale, y1 / self.scale
-        if self.rotation == 90:  # drawn turned clockwise: a drawn (X, Y) is (Y, height - X) unrotated
-            a, b, c, d = b, self.height - c, d, self.height - a
-        elif self.rotation == 180:
-            a, b, c, d = self.width - c, self.height - d, self.width - a, self.height - b
-        elif self.rotation == 270:
-            a, b, c, d = self.width - d, a, self.width - b, c
-        return (a, b, c, d)
-
-
-def _draw(page: pdfium.PdfPage, *, limits: Limits) -> tuple[bytes, _Placement]:
-    """The page drawn in grey for OCR, as PGM bytes, at ``limits.ocr.dpi`` (its longer side bounded)."""
-    width, height = page.get_size()
-    scale = min(limits.ocr.dpi / 72, limits.ocr.max_pixels / max(width, height, 1.0))
-    if not math.isfinite(scale) or scale <= 0:
-        raise DocumentError("a page has no drawable size")
-    image = page.render(scale=scale, grayscale=True).to_pil()
-    rotation = page.get_rotation()
-    left, bottom, right, top = page.get_cropbox()
-    buffer = io.BytesIO()
-    image.convert("L").save(buffer, format="PPM")
-    return buffer.getvalue(), _Placement(scale, rotation, right - left, top - bottom)
-
-
-def _add_words(text: _Text, words: list[ocr.Word], placement: _Placement, page: int) -> None:
-    """OCR's words as text: a space between words (none between CJK), a line break between lines.
-
-    Lines join as a text layer's do, except that tesseract's paragraphs, not the gaps between lines,
-    make the newlines (its boxes are the ink's, tighter than a font's, so every gap looks wide).
-    Each character gets an equal slice of its word's width (tesseract boxes words, not characters),
-    and the word's confidence. A line's last word ending in a hyphen is joined to the next line's
-    first, as PDFium's line-end hyphens are.
-    """
-    previous: ocr.Word | None = None
-    for i, word in enumerate(words):
-        chars = word.text
-        line_end = i + 1 == len(words) or words[i + 1].line != word.line
-        hyphen = line_end and len(chars) > 1 and chars[-1] in "-\u00ad\u2010" and chars[-2].isalpha()
-        if hyphen:
-            chars = chars[:-1]
-        if previous is not None and previous.line != word.line:
-            text.end_line(page)
-            if previous.line[:2] != word.line[:2]:
-                text.paragraph = True  # another block or paragraph
-            else:
-                text.last = None  # the next line of the paragraph: no gap measured
-        elif previous is not None and not (_wide(text.out[-1]) and _wide(chars[0])):
-            text.add(" ", _NO_BOX, page)
-        x0, y0, x1, y1 = word.box
-        step = (x1 - x0) / len(word.text)
-        for k, char in enumerate(chars):
-            text.add(char, placement.box(x0 + k * step, y0, x0 + (k + 1) * step, y1), page, word.confidence)
-        if hyphen:
-            text.end_line(page)
-            text.joined = True
-        previous = word
 
 
 def _char(textpage: pdfium.PdfTextPage, i: int, count: int) -> tuple[str, bool]:
