@@ -11,7 +11,7 @@ VLLM_EXTRA := $(if $(HAS_GPU),gpu,cpu)
 # Real-engine tests start vLLM once; on CPU it needs KV-cache space set in GiB.
 export VLLM_CPU_KVCACHE_SPACE ?= 2
 
-.PHONY: setup setup-browser setup-postgres setup-ray setup-router serve test test-fast lint fix docs docs-serve bench bench-quick clean
+.PHONY: setup setup-browser setup-postgres setup-ocr setup-ray setup-router serve test test-fast lint fix docs docs-serve bench bench-quick clean
 
 setup: $(STAMP)
 	@$(VENV)/bin/extractor model prepare
@@ -49,6 +49,15 @@ setup-postgres:
 	@$(PG_INITDB) || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q postgresql; }
 	@$(PG_INITDB) || { echo "PostgreSQL's initdb is still missing: install Debian's postgresql package" >&2; exit 1; }
 
+# OCR of PDF pages without a text layer (extractor.documents.ocr) runs Debian's tesseract with its English and
+# Simplified Chinese data (nothing downloaded at run time); the tests draw their scans with fonts-wqy-microhei.
+TESSERACT_LANGS := tesseract --list-langs 2>/dev/null | grep -qx chi_sim && tesseract --list-langs 2>/dev/null | grep -qx eng
+SCAN_FONT := /usr/share/fonts/truetype/wqy/wqy-microhei.ttc
+
+setup-ocr:
+	@{ $(TESSERACT_LANGS) && test -f $(SCAN_FONT); } || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q tesseract-ocr tesseract-ocr-eng tesseract-ocr-chi-sim fonts-wqy-microhei; }
+	@$(TESSERACT_LANGS) || { echo "tesseract with eng and chi_sim is still missing: install Debian's tesseract-ocr, tesseract-ocr-eng and tesseract-ocr-chi-sim" >&2; exit 1; }
+
 # `extractor batch --ray` and its tests: Ray Data (the [ray] extra), kept out of `make setup`.
 RAY_STAMP := $(VENV)/.ray-stamp
 
@@ -68,13 +77,13 @@ $(ROUTER):
 	$(PYTHON) -m venv .venv-router
 	.venv-router/bin/pip install -q 'vllm-router==0.1.17'
 
-serve: setup
+serve: setup setup-ocr
 	$(VENV)/bin/extractor serve
 
-test: setup setup-browser setup-postgres setup-ray setup-router
+test: setup setup-browser setup-postgres setup-ocr setup-ray setup-router
 	$(PY) -m pytest -q
 
-test-fast: setup setup-browser setup-postgres setup-ray setup-router
+test-fast: setup setup-browser setup-postgres setup-ocr setup-ray setup-router
 	$(PY) -m pytest -q -m "not engine and not slow"
 
 # Benchmarks start vLLM: one engine at a time on a shared machine (flock where available).

@@ -42,10 +42,11 @@ def sentence(kind: str, evidence: str) -> str:
 
 def schema(kind: str, settings: dict[str, Any]) -> dict[str, Any]:
     node: dict[str, Any] = {"description": WHAT[kind]}
+    # The text states the value: the field is asked for one (nullable, SmolLM2 answers null for most).
     if kind in ("number", "integer"):
-        node["type"] = [kind, "null"]
+        node["type"] = kind
     else:
-        node.update({"type": ["string", "null"], "format": kind})
+        node.update({"type": "string", "format": kind})
     if settings:
         node["x-extractor"] = settings
     return {

@@ -219,12 +219,19 @@ class Extractor:
         return _run_sync(self.aextract(task, text, **options))
 
     def read_document(
-        self, source: str | Path | bytes, *, media_type: str | None = None, name: str | None = None
+        self,
+        source: str | Path | bytes,
+        *,
+        media_type: str | None = None,
+        name: str | None = None,
+        ocr_languages: str | None = None,
     ) -> Document:
-        """Convert a document (a path, or bytes) under this extractor's limits; see :func:`extractor.documents.read`."""
-        return documents.read(
-            source, media_type=media_type, name=name, limits=documents.Limits.from_settings(self.settings)
-        )
+        """Convert a document (a path, or bytes) under this extractor's limits; see :func:`extractor.documents.read`.
+
+        ``ocr_languages``: tesseract's languages for pages read by OCR (default: EXTRACTOR_OCR_LANGUAGES).
+        """
+        limits = documents.Limits.from_settings(self.settings, ocr_languages=ocr_languages)
+        return documents.read(source, media_type=media_type, name=name, limits=limits)
 
     async def aextract_document(
         self,
@@ -247,7 +254,9 @@ class Extractor:
         if isinstance(source, Document):
             document = source
         else:
-            document = await asyncio.to_thread(self.read_document, source, media_type=media_type, name=name)
+            document = await asyncio.to_thread(
+                self.read_document, source, media_type=media_type, name=name, ocr_languages=spec.settings.ocr_languages
+            )
         result = await self.arun(spec, document.text, options=options)
         return attach(result, document)
 

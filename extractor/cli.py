@@ -172,17 +172,17 @@ def _cmd_extract(args: argparse.Namespace) -> int:
     from extractor.documents import TEXT
 
     document: Document | None = None
+    if args.text is None and args.file is None and sys.stdin.isatty():
+        raise ExtractorError("no text: pass --text, --file or pipe the text on stdin")
+    extractor = Extractor(settings=_settings(args), tasks=[args.task])
+    spec = extractor.task(args.task)  # fail fast on an unknown task, before loading the model
     if args.text is not None:
         text = args.text
     elif args.file is not None:
-        document = _read_file(Path(args.file), _settings(args))
+        document = _read_file(Path(args.file), _settings(args), ocr_languages=spec.settings.ocr_languages)
         text = document.text
-    elif not sys.stdin.isatty():
-        text = sys.stdin.read()
     else:
-        raise ExtractorError("no text: pass --text, --file or pipe the text on stdin")
-    extractor = Extractor(settings=_settings(args), tasks=[args.task])
-    extractor.task(args.task)  # fail fast on an unknown task, before loading the model
+        text = sys.stdin.read()
     # The engine logs while it starts, works and shuts down: all of it inside the redirect.
     with _engine_output_to_stderr():
         try:
@@ -218,7 +218,7 @@ def _cmd_extract(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_file(path: Path, settings: Settings) -> Document:
+def _read_file(path: Path, settings: Settings, *, ocr_languages: str | None = None) -> Document:
     """``--file``: a PDF, HTML or DOCX converts (its spans get locations); any other file is read as UTF-8 text."""
     from extractor import documents
 
@@ -226,7 +226,7 @@ def _read_file(path: Path, settings: Settings) -> Document:
         data = path.read_bytes()
     except OSError as error:
         raise ExtractorError(f"{path}: cannot read it ({error.strerror})") from None
-    limits = documents.Limits.from_settings(settings)
+    limits = documents.Limits.from_settings(settings, ocr_languages=ocr_languages)
     try:
         documents.media_type_of(data, name=path.name)
     except UnsupportedDocumentError:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -32,6 +33,9 @@ def default_home() -> Path:
 ADAPTER_SERVING = ("auto", "merged", "lora", "off")
 ENGINE_PROCESS = ("auto", "own", "shared")
 SPECULATIVE_METHODS = ("ngram", "grammar")
+OCR_MODES = ("off", "auto", "always")
+# tesseract's language codes (eng, chi_sim, deu_latf...) joined by "+"
+_OCR_LANGUAGES = re.compile(r"[a-z]{3}(_[a-z]+)*(\+[a-z]{3}(_[a-z]+)*)*")
 
 
 @dataclass(frozen=True)
@@ -126,6 +130,16 @@ class Settings:
     # documents (PDF, HTML, DOCX): pages read at most, characters their text may convert to
     max_document_pages: int = 1000
     max_document_chars: int = 1_000_000
+    # OCR of PDF pages (Debian's tesseract-ocr): "auto" the pages without a text layer, "always" every
+    # page, "off" none (a PDF without any text is then a 422 no_text_layer). Languages: tesseract's codes
+    # joined by "+" (each needs its tesseract-ocr-<code> package); a page drawn at ocr_dpi (its longer side
+    # at most 5000 px) and read within ocr_timeout_s seconds, else left unread with a note
+    ocr: str = "auto"
+    ocr_languages: str = "eng+chi_sim"
+    ocr_dpi: int = 300
+    ocr_timeout_s: float = 30.0
+    # pages of one document read at once (a tesseract process each, one core each)
+    ocr_workers: int = 2
     request_timeout_s: float = 120.0
     ready_cache_s: float = 5.0
     shutdown_timeout_s: float = 30.0
@@ -170,6 +184,15 @@ class Settings:
                 f"EXTRACTOR_SPECULATIVE_METHOD: unknown proposer {self.speculative_method!r}; "
                 f"use one of {', '.join(SPECULATIVE_METHODS)}"
             )
+        if self.ocr not in OCR_MODES:
+            raise ConfigError(f"EXTRACTOR_OCR: unknown mode {self.ocr!r}; use one of {', '.join(OCR_MODES)}")
+        if not _OCR_LANGUAGES.fullmatch(self.ocr_languages):
+            raise ConfigError(
+                f"EXTRACTOR_OCR_LANGUAGES: tesseract's language codes joined by '+' (eng+chi_sim), "
+                f"got {self.ocr_languages!r}"
+            )
+        if not 72 <= self.ocr_dpi <= 600:
+            raise ConfigError(f"EXTRACTOR_OCR_DPI: from 72 to 600, got {self.ocr_dpi}")
         if self.engine_replicas < 1:
             raise ConfigError(f"EXTRACTOR_ENGINE_REPLICAS: 1 or more engines, got {self.engine_replicas}")
         if not 1 <= self.max_attempts <= MAX_ATTEMPTS_LIMIT:
@@ -226,9 +249,17 @@ class Settings:
             "max_text_chars",
             "max_document_pages",
             "max_document_chars",
+            "ocr_workers",
             "chat_max_tokens",
         )
-        timeouts = ("remote_timeout_s", "request_timeout_s", "shutdown_timeout_s", "body_timeout_s", "header_timeout_s")
+        timeouts = (
+            "ocr_timeout_s",
+            "remote_timeout_s",
+            "request_timeout_s",
+            "shutdown_timeout_s",
+            "body_timeout_s",
+            "header_timeout_s",
+        )
         for name in (*positive, *timeouts):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"EXTRACTOR_{name.upper()}: must be > 0")

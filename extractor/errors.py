@@ -202,7 +202,11 @@ class EncryptedDocumentError(DocumentError):
 
 
 class NoTextLayerError(DocumentError):
-    """A PDF with no text layer at all (a scan): HTTP 422; extractor does not run OCR."""
+    """A PDF with no text at all, neither a text layer nor any read by OCR (EXTRACTOR_OCR=off, or a blank scan): 422."""
+
+
+class OcrUnavailableError(ExtractorError):
+    """A page needs OCR and tesseract, or one of its languages, is not installed: HTTP 503, naming the package."""
 
 
 class DocumentTooLargeError(PayloadTooLargeError):

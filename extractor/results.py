@@ -47,6 +47,11 @@ class LocationModel(BaseModel):
     paragraphs: list[int] = Field(
         default_factory=list, description="DOCX: 0-based indices of the paragraphs (table cells' included)"
     )
+    ocr_confidence: float | None = Field(
+        default=None,
+        description="PDF pages read by OCR: the lowest confidence (0-1) tesseract gave a word of the span; "
+        "null when no character of it was OCR'd",
+    )
 
 
 class PageModel(BaseModel):
@@ -63,7 +68,10 @@ class DocumentModel(BaseModel):
     media_type: str
     pages: list[PageModel] = Field(default_factory=list, description="PDF: each page's size, in order")
     text: str = Field(description="the text the document converted to: every span's start/end index it")
-    notes: list[str] = Field(default_factory=list, description="what the conversion left out (pages with no text)")
+    notes: list[str] = Field(
+        default_factory=list, description="what the conversion left out (pages with no text) or read by OCR"
+    )
+    ocr_pages: list[int] = Field(default_factory=list, description="PDF: the 1-based pages read by OCR")
 
 
 class SpanModel(BaseModel):

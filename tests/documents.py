@@ -124,3 +124,96 @@ def docx_bytes(paragraphs: Sequence[str], *, table: Sequence[Sequence[str]] = ()
     buffer = io.BytesIO()
     document.save(buffer)
     return buffer.getvalue()
+
+
+SCAN_FONT = Path("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc")
+SCAN_DPI = 300
+
+
+@dataclass(frozen=True)
+class Scan:
+    """An image-only PDF (a scan: no text layer) and the boxes (page, x0, y0, x1, y1 in pt) of its marked words."""
+
+    pdf: bytes
+    marks: dict[str, list[tuple[int, float, float, float, float]]]
+
+
+def scanned_pdf(
+    pages: Sequence[Sequence[str]], *, marks: Sequence[str] = (), size_px: int = 50, rotate: int = 0
+) -> Scan:
+    """Each page's lines drawn black on white by Pillow at SCAN_DPI and saved as an image-only PDF.
+
+    A page is 450 x 600 pt, the text 12 pt (50 px); each string of ``marks`` is measured where it is drawn.
+    ``rotate`` (90, 180, 270): each image is stored turned that much counter-clockwise, on a page whose
+    /Rotate shows it upright (as scanners store landscape pages); marks are in the stored page's frame.
+    """
+    from PIL import Image, ImageDraw, ImageFont
+
+    if not SCAN_FONT.exists():
+        pytest.fail(f"{SCAN_FONT} is missing: `make setup-ocr` installs Debian's fonts-wqy-microhei")
+    font = ImageFont.truetype(str(SCAN_FONT), size_px)
+    width, height = round(450 * SCAN_DPI / 72), round(600 * SCAN_DPI / 72)
+    images = []
+    found: dict[str, list[tuple[int, float, float, float, float]]] = {}
+    to_pt = 72 / SCAN_DPI
+    for number, lines in enumerate(pages, start=1):
+        image = Image.new("L", (width, height), 255)
+        draw = ImageDraw.Draw(image)
+        y = 150
+        for line in lines:
+            draw.text((150, y), line, font=font, fill=0)
+            for mark in marks:
+                at = line.find(mark)
+                if at >= 0:
+                    x0 = 150 + draw.textlength(line[:at], font=font)
+                    _, top, _, bottom = draw.textbbox((150, y), mark, font=font)
+                    x1 = x0 + draw.textlength(mark, font=font)
+                    box = (x0 * to_pt, top * to_pt, x1 * to_pt, bottom * to_pt)
+                    box = _stored(box, rotate)
+                    found.setdefault(mark, []).append((number, *box))
+            y += round(size_px * 1.4)
+        images.append(image.rotate(rotate, expand=True) if rotate else image)
+    out = io.BytesIO()
+    images[0].save(out, format="PDF", resolution=SCAN_DPI, save_all=True, append_images=images[1:])
+    if rotate:
+        import pypdfium2 as pdfium
+
+        pdf = pdfium.PdfDocument(out.getvalue())
+        for page in pdf:
+            page.set_rotation(rotate)
+        out = io.BytesIO()
+        pdf.save(out)
+    return Scan(out.getvalue(), found)
+
+
+def _stored(box: tuple[float, float, float, float], rotate: int) -> tuple[float, float, float, float]:
+    """A box on the upright 450 x 600 pt page, on the page as stored turned ``rotate`` degrees counter-clockwise."""
+    x0, y0, x1, y1 = box
+    if rotate == 90:  # stored 600 wide, 450 high: the upright page's left edge is the stored page's bottom
+        return (y0, 450 - x1, y1, 450 - x0)
+    if rotate == 180:
+        return (450 - x1, 600 - y1, 450 - x0, 600 - y0)
+    if rotate == 270:
+        return (600 - y1, x0, 600 - y0, x1)
+    return box
+
+
+def text_page_then(line: str, scan: bytes) -> bytes:
+    """A PDF whose page 1 has ``line`` as a text layer (Helvetica, drawn by PDFium), followed by ``scan``'s pages."""
+    import ctypes
+
+    import pypdfium2 as pdfium
+    import pypdfium2.raw as raw
+
+    pdf = pdfium.PdfDocument.new()
+    page = pdf.new_page(450, 600)
+    text = raw.FPDFPageObj_NewTextObj(pdf.raw, b"Helvetica", ctypes.c_float(14))
+    wide = ctypes.create_string_buffer((line + "\0").encode("utf-16-le"))
+    raw.FPDFText_SetText(text, ctypes.cast(wide, ctypes.POINTER(raw.FPDF_WCHAR)))
+    raw.FPDFPageObj_Transform(text, 1, 0, 0, 1, 72, 500)
+    raw.FPDFPage_InsertObject(page.raw, text)
+    raw.FPDFPage_GenerateContent(page.raw)
+    pdf.import_pages(pdfium.PdfDocument(scan))
+    out = io.BytesIO()
+    pdf.save(out)
+    return out.getvalue()

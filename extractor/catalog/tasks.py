@@ -49,6 +49,8 @@ _SETTINGS_SCHEMA: dict[str, Any] = {
         "allow_unenforced": {"type": "boolean"},
         "strict_enforcement": {"type": "boolean"},
         "grounded_decoding": {"type": "boolean"},
+        # tesseract's languages for the PDF pages of this task's documents read by OCR (EXTRACTOR_OCR_LANGUAGES)
+        "ocr_languages": {"type": "string", "pattern": "^[a-z]{3}(_[a-z]+)*(\\+[a-z]{3}(_[a-z]+)*)*$"},
         # each value's confidence from its tokens' logprobs (default: the global EXTRACTOR_CONFIDENCES)
         "confidences": {"type": "boolean"},
         # how typed values' evidence is read (extractor.values): dateparser's languages, day/month order
@@ -151,6 +153,8 @@ class TaskSettings:
     # Typed values' evidence (extractor.values): the languages it is in (empty: detected), day/month order.
     languages: tuple[str, ...] = ()
     date_order: Literal["DMY", "MDY", "YMD"] | None = None
+    # tesseract's languages for the OCR'd pages of this task's documents (None: EXTRACTOR_OCR_LANGUAGES)
+    ocr_languages: str | None = None
 
     @property
     def unenforced_allowed(self) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from extractor.documents.model import DOCX, HTML, MEDIA_TYPES, PDF, TEXT, Box, Document, Limits, Location, Segment
+from extractor.documents.model import DOCX, HTML, MEDIA_TYPES, PDF, TEXT, Box, Document, Limits, Location, Ocr, Segment
 from extractor.documents.sniffing import media_type_of
 from extractor.errors import DocumentError
 
@@ -23,6 +23,7 @@ __all__ = [
     "Document",
     "Limits",
     "Location",
+    "Ocr",
     "Segment",
     "convert",
     "media_type_of",

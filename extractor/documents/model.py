@@ -18,19 +18,48 @@ MEDIA_TYPES = (PDF, HTML, DOCX, TEXT)
 
 
 @dataclass(frozen=True)
+class Ocr:
+    """Which PDF pages are read by OCR (tesseract), in which languages, at what cost.
+
+    ``mode``: "auto" reads the pages without a text layer, "always" every page (its text layer
+    ignored), "off" none. ``languages``: tesseract's codes joined by "+". A page is drawn at
+    ``dpi`` (its longer side at most ``max_pixels``) and read within ``timeout_s`` seconds, by
+    ``workers`` tesseract processes at once (one core each).
+    """
+
+    mode: str = "auto"
+    languages: str = "eng+chi_sim"
+    dpi: int = 300
+    max_pixels: int = 5000
+    timeout_s: float = 30.0
+    workers: int = 2
+
+
+@dataclass(frozen=True)
 class Limits:
-    """What a document may cost before it is refused (each refusal is a 4xx naming the limit)."""
+    """What a document may cost before it is refused (each refusal is a 4xx naming the limit), and its OCR."""
 
     max_pages: int = 1000
     max_chars: int = 1_000_000
     # DOCX: the sum of the declared sizes of the zip's members, and how many there may be (zip bombs)
     max_unzipped_bytes: int = 64 * 1024 * 1024
     max_zip_entries: int = 5000
+    ocr: Ocr = field(default_factory=Ocr)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Limits:
-        """The limits a service or CLI runs under (EXTRACTOR_MAX_DOCUMENT_PAGES, EXTRACTOR_MAX_DOCUMENT_CHARS)."""
-        return cls(max_pages=settings.max_document_pages, max_chars=settings.max_document_chars)
+    def from_settings(cls, settings: Settings, *, ocr_languages: str | None = None) -> Limits:
+        """The limits a service or CLI runs under (EXTRACTOR_MAX_DOCUMENT_PAGES, _CHARS, EXTRACTOR_OCR*).
+
+        ``ocr_languages``: a task's own (``x-extractor.ocr_languages``), over EXTRACTOR_OCR_LANGUAGES.
+        """
+        ocr = Ocr(
+            mode=settings.ocr,
+            languages=ocr_languages or settings.ocr_languages,
+            dpi=settings.ocr_dpi,
+            timeout_s=settings.ocr_timeout_s,
+            workers=settings.ocr_workers,
+        )
+        return cls(max_pages=settings.max_document_pages, max_chars=settings.max_document_chars, ocr=ocr)
 
 
 @dataclass(frozen=True)
@@ -75,6 +104,8 @@ class Location:
     boxes: tuple[Box, ...] = ()  # PDF: one per line the span touches
     elements: tuple[str, ...] = ()
     paragraphs: tuple[int, ...] = ()
+    # PDF pages read by OCR: the lowest word confidence (0-1) among the span's characters; None: no OCR'd character
+    ocr_confidence: float | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -84,6 +115,9 @@ class Document:
     ``segments`` are sorted and disjoint; characters the conversion put in (line and paragraph
     breaks) belong to none. ``boxes`` (PDF) holds four floats per character of ``text``
     (x0, y0, x1, y1, top-left origin), NaN for characters with no ink of their own.
+    ``confidences`` (a PDF with pages read by OCR) holds one float per character: the OCR's
+    confidence (0-1) in the word the character is part of, NaN for characters from a text layer
+    or put in by the conversion. ``ocr_pages`` lists the pages read by OCR (1-based).
     """
 
     text: str
@@ -93,6 +127,8 @@ class Document:
     boxes: array[float] | None = None
     name: str | None = None
     notes: tuple[str, ...] = ()
+    confidences: array[float] | None = None
+    ocr_pages: tuple[int, ...] = ()
     _starts: tuple[int, ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
@@ -122,7 +158,14 @@ class Document:
             box = self._box(segment.page, lo, hi) if segment.page is not None else None
             if box is not None:
                 boxes.append(box)
-        return Location(tuple(pages), tuple(boxes), tuple(elements), tuple(paragraphs))
+        return Location(tuple(pages), tuple(boxes), tuple(elements), tuple(paragraphs), self._confidence(start, end))
+
+    def _confidence(self, start: int, end: int) -> float | None:
+        """The lowest OCR confidence among ``text[start:end]``'s characters, None when none was OCR'd."""
+        if self.confidences is None:
+            return None
+        found = [c for c in self.confidences[start:end] if c == c]  # NaN: not OCR'd
+        return round(min(found), 4) if found else None
 
     def _box(self, page: int, lo: int, hi: int) -> Box | None:
         """The union of the ink boxes of ``text[lo:hi]`` (one line of one page), or None when none has ink."""

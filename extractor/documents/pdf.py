@@ -1,13 +1,12 @@
 """PDF -> text with a box per character, through PDFium (pypdfium2): its text layer, in its reading order.
 
-Lines are joined as a reader reads them: a line break becomes a space, or nothing between two
-wide (CJK) characters, so a value wrapped over two lines (or two pages) is one run of the text;
-after a sentence's final punctuation, or above a gap of over half a line (a new paragraph), it
-becomes a newline. A hyphen PDFium marks as a line-end hyphen is dropped and the word joined
-("exam-/ple" -> "example"). The order is PDFium's (the content stream's); columns a producer
-wrote out of order are not re-ordered. Boxes are relative to the crop box's top-left corner (what
-a renderer draws); a page's /Rotate is not applied to them. Pages without a text layer (scans)
-have no text: a PDF with none at all is refused, since extractor does not run OCR.
+Lines are joined as a reader reads them (:mod:`extractor.documents.lines`). A hyphen PDFium
+marks as a line-end hyphen is dropped and the word joined ("exam-/ple" -> "example"). The order
+is PDFium's (the content stream's); columns a producer wrote out of order are not re-ordered.
+Boxes are relative to the crop box's top-left corner (what a renderer draws); a page's /Rotate
+is not applied to them. Pages without a text layer (scans) are read by OCR (``EXTRACTOR_OCR``,
+:mod:`extractor.documents.ocr`): the words' boxes become the characters' boxes, in the same
+frame; a PDF with no text at all, OCR'd or not, is refused.
 """
 
 from __future__ import annotations
@@ -16,40 +15,22 @@ import ctypes
 import io
 import math
 import threading
-import unicodedata
-from array import array
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import pypdfium2 as pdfium
 import pypdfium2.raw as raw
 
-from extractor.documents.model import PDF, Document, Limits, PageSize, Segment
+from extractor.documents import ocr
+from extractor.documents.lines import NO_BOX, Lines
+from extractor.documents.model import PDF, Document, Limits, PageSize
 from extractor.errors import DocumentError, DocumentTooLargeError, EncryptedDocumentError, NoTextLayerError
 
 # PDFium is not thread-safe: every call into it, from any thread, holds this lock.
 PDFIUM_LOCK = threading.Lock()
-_NAN = float("nan")
 # PDFium marks a line-end hyphen-minus U+0002 (U+FFFE in its text API); Chromium prints a soft hyphen as U+2010
 _SOFT_HYPHENS = frozenset("\x02\ufffe\u00ad\u2010")
 MAX_RENDER_PIXELS = 2400  # the longer side of a rendered page image
-
-
-def _wide(char: str) -> bool:
-    return unicodedata.east_asian_width(char) in ("W", "F")
-
-
-_SENTENCE_ENDS = frozenset("。！？；：.!?;:")
-
-
-def _separator(previous: str, following: str) -> str:
-    """What a line break between two characters becomes: a newline after a sentence, else a space, else nothing.
-
-    Nothing between two wide (CJK) characters: Chinese and Japanese wrap mid-word, without spaces.
-    """
-    if previous.isspace():
-        return ""
-    if previous in _SENTENCE_ENDS:
-        return "\n"
-    return "" if _wide(previous) and _wide(following) else " "
 
 
 def open_pdf(data: bytes, *, limits: Limits) -> pdfium.PdfDocument:
@@ -74,100 +55,186 @@ def open_pdf(data: bytes, *, limits: Limits) -> pdfium.PdfDocument:
 
 
 def convert(data: bytes, *, limits: Limits, name: str | None = None) -> Document:
-    """The PDF's text layer as one text, with a segment per line and a loose box per character."""
+    """The PDF's text layer as one text, with a segment per line and a loose box per character.
+
+    Pages without a text layer (every page under ``limits.ocr.mode == "always"``) are read by OCR
+    (:mod:`extractor.documents.ocr`), ``limits.ocr.workers`` pages at once; PDFium's lock is let go
+    while tesseract reads.
+    """
     with PDFIUM_LOCK:
         pdf = open_pdf(data, limits=limits)
-        try:
-            return _convert(pdf, limits=limits, name=name)
-        finally:
+    try:
+        return _convert(pdf, limits=limits, name=name)
+    finally:
+        with PDFIUM_LOCK:
             pdf.close()
 
 
 def _convert(pdf: pdfium.PdfDocument, *, limits: Limits, name: str | None) -> Document:
-    out: list[str] = []
-    boxes = array("f")
-    segments: list[Segment] = []
+    text = Lines(limits)
     sizes: list[PageSize] = []
     empty_pages: list[int] = []
-    rect = raw.FS_RECTF()
-    pending_break = False  # a line (or page) ended: the next character decides the separator
-    joined = False  # the line ended in a dropped hyphen: join without a separator
-    line_start = 0
-    length = 0
-    last: tuple[int, float, float] | None = None  # page, top and bottom of the last character with ink
+    ocr_pages: list[int] = []
+    timed_out: list[int] = []
+    with PDFIUM_LOCK:
+        count = len(pdf)
+    # pages in order, each a text layer's items or tesseract's words to come; at most ``workers``
+    # pages are being read by OCR at once (their images held), and at most 4 * workers pages wait
+    # for the first to be read (their text layers held)
+    waiting: deque[tuple[int, list[_Item], Future[list[ocr.Word] | None] | None, ocr.Placement | None]] = deque()
+    workers = max(1, limits.ocr.workers)
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="ocr")
 
-    def end_line(page: int) -> None:
-        nonlocal line_start
-        if length > line_start:
-            segments.append(Segment(line_start, length, page=page))
-        line_start = length
-
-    for index in range(len(pdf)):
-        page_number = index + 1
-        page = pdf[index]
-        width, height = page.get_size()
-        # boxes relative to the visible page (the crop box, which is what a renderer draws)
-        left, _, _, top = page.get_cropbox()
-        sizes.append(PageSize(round(width, 2), round(height, 2)))
-        textpage = page.get_textpage()
-        count = textpage.count_chars()
-        before = length
-        try:
-            low = False  # the previous character was a surrogate pair's high half: this one is done
-            for i in range(count):
-                if low:
-                    low = False
-                    continue
-                char, low = _char(textpage, i, count)
-                if char in "\r\n":
-                    end_line(page_number)
-                    pending_break = True
-                    continue
-                if char in _SOFT_HYPHENS and _at_line_end(textpage, i, count):
-                    joined = True  # PDFium's line-end hyphen: the word goes on on the next line
-                    continue
-                box = (_NAN, _NAN, _NAN, _NAN)
-                if not (char.isspace() or raw.FPDFText_IsGenerated(textpage, i)):
-                    raw.FPDFText_GetLooseCharBox(textpage, i, ctypes.byref(rect))
-                    box = (rect.left - left, top - rect.top, rect.right - left, top - rect.bottom)
-                if pending_break and length > 0:
-                    # a gap of over half a line above this line (same page): a new paragraph
-                    gap = last is not None and last[0] == page_number and box[1] - last[2] > 0.5 * (last[2] - last[1])
-                    separator = "" if joined else "\n" if gap else _separator(out[-1], char)
-                    if separator:
-                        out.append(separator)
-                        boxes.extend((_NAN, _NAN, _NAN, _NAN))
-                        length += 1
-                    line_start = length
-                pending_break = joined = False
-                boxes.extend(box)
-                if box[0] == box[0]:  # not NaN: this character has ink
-                    last = (page_number, box[1], box[3])
-                out.append(char)
-                length += 1
-                if length > limits.max_chars:
-                    raise DocumentTooLargeError(
-                        f"the PDF's text is over {limits.max_chars} characters by page {page_number} "
-                        "(EXTRACTOR_MAX_DOCUMENT_CHARS); split it"
-                    )
-        finally:
-            textpage.close()
-            page.close()
-        end_line(page_number)
-        pending_break = True
-        if length == before:
+    def settle(
+        page_number: int,
+        layer: list[_Item],
+        words: Future[list[ocr.Word] | None] | None,
+        placement: ocr.Placement | None,
+    ) -> None:
+        before = text.length
+        if words is None:
+            _add_layer(text, layer, page_number)
+        else:
+            read = words.result()
+            if read is None:
+                timed_out.append(page_number)
+            else:
+                assert placement is not None
+                ocr_pages.append(page_number)
+                ocr.add_words(text, read, placement, page_number)
+        text.end_line(page_number)
+        if text.length == before:
             empty_pages.append(page_number)
-    text = "".join(out)
-    if not text.strip():
+
+    try:
+        for index in range(count):
+            page_number = index + 1
+            layer, image = _read_page(pdf, index, limits=limits, sizes=sizes)
+            if image is None:
+                waiting.append((page_number, layer, None, None))
+            else:
+                pixels, placement = image
+                words = pool.submit(
+                    ocr.recognize,
+                    pixels,
+                    languages=limits.ocr.languages,
+                    dpi=round(72 * placement.scale),
+                    timeout_s=limits.ocr.timeout_s,
+                )
+                waiting.append((page_number, [], words, placement))
+            while waiting and (
+                waiting[0][2] is None
+                or waiting[0][2].done()
+                or len(waiting) > 4 * workers
+                or sum(1 for w in waiting if w[2] is not None) > workers
+            ):
+                settle(*waiting.popleft())
+        while waiting:
+            settle(*waiting.popleft())
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    joined = "".join(text.out)
+    past = f"pages where OCR ran past {limits.ocr.timeout_s:g} s (EXTRACTOR_OCR_TIMEOUT_S), not read"
+    unread = [f"{past}: {_pages(timed_out)}"] if timed_out else []
+    if not joined.strip():
+        if limits.ocr.mode == "off":
+            raise NoTextLayerError(
+                f"the PDF's {len(sizes)} page(s) have no text layer (a scan?) and OCR is off (EXTRACTOR_OCR=off): "
+                "set EXTRACTOR_OCR=auto, or run OCR first (e.g. ocrmypdf -l chi_sim+eng) and send the result"
+            )
         raise NoTextLayerError(
-            f"the PDF's {len(sizes)} page(s) have no text layer (a scan?); extractor does not run OCR: "
-            "run OCR first (e.g. ocrmypdf -l chi_sim+eng) and send the result"
+            f"the PDF's {len(sizes)} page(s) have no text layer and OCR ({limits.ocr.languages}) read no text "
+            "either (blank pages, or images without writing)" + (f"; {'; '.join(unread)}" if unread else "")
         )
-    notes: tuple[str, ...] = ()
-    if empty_pages:
-        shown = ", ".join(map(str, empty_pages[:20])) + (" ..." if len(empty_pages) > 20 else "")
-        notes = (f"pages without text (images or scans, not read): {shown}",)
-    return Document(text, PDF, tuple(segments), tuple(sizes), boxes, name=name, notes=notes)
+    notes: list[str] = []
+    if ocr_pages:
+        notes.append(f"pages read by OCR (tesseract, {limits.ocr.languages}): {_pages(ocr_pages)}")
+    notes += unread
+    blank = [p for p in empty_pages if p in ocr_pages]
+    if blank:
+        notes.append(f"pages where OCR read no text (blank, or images without writing): {_pages(blank)}")
+    skipped = [p for p in empty_pages if p not in ocr_pages and p not in timed_out]
+    if skipped:
+        notes.append(f"pages without text (images or scans, not read): {_pages(skipped)}")
+    return Document(
+        joined,
+        PDF,
+        tuple(text.segments),
+        tuple(sizes),
+        text.boxes,
+        name=name,
+        notes=tuple(notes),
+        confidences=text.confidences if ocr_pages else None,
+        ocr_pages=tuple(ocr_pages),
+    )
+
+
+def _read_page(
+    pdf: pdfium.PdfDocument, index: int, *, limits: Limits, sizes: list[PageSize]
+) -> tuple[list[_Item], tuple[bytes, ocr.Placement] | None]:
+    """Page ``index``'s text layer, and its image when OCR is to read it (its size appended to ``sizes``)."""
+    with PDFIUM_LOCK:
+        page = pdf[index]
+        try:
+            width, height = page.get_size()
+            sizes.append(PageSize(round(width, 2), round(height, 2)))
+            layer = _layer(page) if limits.ocr.mode != "always" else []
+            if limits.ocr.mode == "always" or (limits.ocr.mode == "auto" and not any(c.strip() for c, _ in layer)):
+                return layer, ocr.draw(page, ocr=limits.ocr)
+            return layer, None
+        finally:
+            page.close()
+
+
+def _pages(numbers: list[int]) -> str:
+    return ", ".join(map(str, numbers[:20])) + (" ..." if len(numbers) > 20 else "")
+
+
+# one item of a page's text layer: a character and its box, "\n" (a line break) or "-" with a NaN box at
+# a line end (PDFium's line-end hyphen: the word goes on on the next line)
+_Item = tuple[str, tuple[float, float, float, float]]
+_JOIN = ("\x02", NO_BOX)
+
+
+def _layer(page: pdfium.PdfPage) -> list[_Item]:
+    """The page's text layer: each character with its box (relative to the crop box's top-left corner)."""
+    # boxes relative to the visible page (the crop box, which is what a renderer draws)
+    left, _, _, top = page.get_cropbox()
+    textpage = page.get_textpage()
+    items: list[_Item] = []
+    rect = raw.FS_RECTF()
+    try:
+        count = textpage.count_chars()
+        low = False  # the previous character was a surrogate pair's high half: this one is done
+        for i in range(count):
+            if low:
+                low = False
+                continue
+            char, low = _char(textpage, i, count)
+            if char in "\r\n":
+                items.append(("\n", NO_BOX))
+                continue
+            if char in _SOFT_HYPHENS and _at_line_end(textpage, i, count):
+                items.append(_JOIN)
+                continue
+            box = NO_BOX
+            if not (char.isspace() or raw.FPDFText_IsGenerated(textpage, i)):
+                raw.FPDFText_GetLooseCharBox(textpage, i, ctypes.byref(rect))
+                box = (rect.left - left, top - rect.top, rect.right - left, top - rect.bottom)
+            items.append((char, box))
+    finally:
+        textpage.close()
+    return items
+
+
+def _add_layer(text: Lines, items: list[_Item], page: int) -> None:
+    for item in items:
+        if item is _JOIN:
+            text.joined = True
+        elif item[0] == "\n":
+            text.end_line(page)
+        else:
+            text.add(item[0], item[1], page)
 
 
 def _char(textpage: pdfium.PdfTextPage, i: int, count: int) -> tuple[str, bool]:

@@ -255,7 +255,7 @@ class Service:
             "its engine work was aborted"
         )
 
-    async def read_document(self, upload: DocumentIn) -> documents.Document:
+    async def read_document(self, upload: DocumentIn, *, ocr_languages: str | None = None) -> documents.Document:
         """A sent document converted to text (in a worker thread): 415, 422 or 413 for a bad one.
 
         Its cost is bounded before the engine sees anything: the body limit bounds its bytes, the
@@ -265,15 +265,17 @@ class Service:
             data = base64.b64decode(upload.content, validate=True)
         except (binascii.Error, ValueError):
             raise DocumentError("document.content is not base64 (RFC 4648, with padding)") from None
-        limits = documents.Limits.from_settings(self.settings)
+        limits = documents.Limits.from_settings(self.settings, ocr_languages=ocr_languages)
         return await asyncio.to_thread(
             documents.convert, data, media_type=upload.media_type, name=upload.name, limits=limits
         )
 
-    async def _source(self, text: str | None, document: DocumentIn | None) -> tuple[str, documents.Document | None]:
-        """The text to extract from: ``text`` checked, or ``document`` converted."""
+    async def _source(
+        self, text: str | None, document: DocumentIn | None, *, task: Task
+    ) -> tuple[str, documents.Document | None]:
+        """The text to extract from: ``text`` checked, or ``document`` converted (OCR in the task's languages)."""
         if document is not None:
-            converted = await self.read_document(document)
+            converted = await self.read_document(document, ocr_languages=task.settings.ocr_languages)
             chat.check_unicode("document", converted.text)
             return converted.text, converted
         assert text is not None  # the wire models hold exactly one of the two
@@ -298,7 +300,7 @@ class Service:
         store it is a 503.
         """
         spec = self.task(task)  # the version this request runs, whatever reloads meanwhile
-        source, converted = await self._source(text, document)
+        source, converted = await self._source(text, document, task=spec)
         await self._accepting()
         with self.admission.admit(1):
             result = await self._run(spec, source, options, deadline=self._deadline())
@@ -340,7 +342,7 @@ class Service:
 
         async def one(item: BatchItem) -> Extracted | ExtractorError:
             try:
-                text, converted = await self._source(item.text, item.document)
+                text, converted = await self._source(item.text, item.document, task=spec)
                 result = await self._run(spec, text, options, deadline=deadline)
                 if converted is not None:
                     result = attach(result, converted)
