@@ -54,7 +54,7 @@ def parse(evidence: str, kind: str, ctx: Context) -> str:
         if clock is not None:
             return clock.isoformat()
         return _parsed(text, ctx, what="a time").time().isoformat()
-    found = _parsed(text, ctx, what="a date") if text else None
+    found = _parsed(text, ctx, what="a date", whole=True) if text else None
     if found is None:
         raise EvidenceError("no date in the evidence")
     if kind == "date":
@@ -64,25 +64,29 @@ def parse(evidence: str, kind: str, ctx: Context) -> str:
     return found.replace(tzinfo=None).isoformat()
 
 
-def _parsed(text: str, ctx: Context, *, what: str) -> dt.datetime:
+def _parsed(text: str, ctx: Context, *, what: str, whole: bool = False) -> dt.datetime:
     weekday = _chinese_weekday(text, ctx)
     if weekday is not None:
         return weekday
     base = dt.datetime.combine(ctx.today, dt.time())
-    found = _read(text, ctx, base)
+    found = _read(text, ctx, base, whole=whole)
     if found is None:
+        if whole and _read(text, ctx, base) is not None:  # "2014", "May 2014": a day would be made up
+            raise EvidenceError(f"{text!r} states no day of a month: copy the whole date")
         raise EvidenceError(f"{what} cannot be read from {text!r}")
-    if _read(text, ctx, base + _FAR) != found:  # it moved with the reference: a relative date
+    if _read(text, ctx, base + _FAR, whole=whole) != found:  # it moved with the reference: a relative date
         _relative(ctx, text)
     return found
 
 
-def _read(text: str, ctx: Context, base: dt.datetime) -> dt.datetime | None:
+def _read(text: str, ctx: Context, base: dt.datetime, *, whole: bool = False) -> dt.datetime | None:
     settings: dict[str, Any] = {
         "RELATIVE_BASE": base,
         "PREFER_DAY_OF_MONTH": "first",
         "RETURN_AS_TIMEZONE_AWARE": False,
     }
+    if whole:  # a date names its day and month (the year may come from the reference date)
+        settings["REQUIRE_PARTS"] = ["day", "month"]
     if ctx.date_order is not None:
         settings["DATE_ORDER"] = ctx.date_order
     languages = list(ctx.languages) or None
@@ -90,6 +94,8 @@ def _read(text: str, ctx: Context, base: dt.datetime) -> dt.datetime | None:
     if found is not None:
         return found
     hits = search_dates(text, languages=languages, settings=settings) or []
+    # search_dates reads pieces parse() would refuse ("2019年12月" -> year 6): keep what parse() agrees with.
+    hits = [h for h in hits if dateparser.parse(h[0], languages=languages, settings=settings) == h[1]]
     if len(hits) > 1 and len({h[1] for h in hits}) > 1:
         raise EvidenceError(f"{text!r} states more than one date: copy only the one asked for")
     return hits[0][1] if hits else None
