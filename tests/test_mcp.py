@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -36,6 +39,14 @@ from .live import free_port
 from .test_reload import write, write_probe
 
 KEY = "k-mcp-7c1e9a20"
+INITIALIZE = json.dumps(
+    {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }
+).encode()
 SPANISH = landmark(name="阿尔罕布拉宫", country="西班牙", period="摩尔人统治时期")
 EIFFEL = "埃菲尔铁塔位于法国巴黎，建于十九世纪末。"  # landmark_slots' first worked example
 WRAPPED_SCHEMA = {"type": "array", "items": {"type": "string", "x-grounded": False}, "description": "tags of a text"}
@@ -353,3 +364,26 @@ async def test_over_stdio(root: Path, tmp_path: Path) -> None:
             async with asyncio.timeout(20):
                 await anext(aiter(subscription))
         assert "added" in {t.name for t in (await client.list_tools()).tools}
+
+
+def test_stdio_ends_on_sigterm(root: Path, tmp_path: Path) -> None:
+    """A signalled `extractor mcp` exits at once, though the SDK's stdin reader is still waiting on the client."""
+    command = [sys.executable, "-m", "extractor.cli", "mcp", "--engine", "scripted", "--tasks-dir", str(root)]
+    process = subprocess.Popen(
+        [*command, "--home", str(tmp_path / "home")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(repo_root())},
+    )
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        process.stdin.write(INITIALIZE + b"\n")
+        process.stdin.flush()
+        assert b'"listChanged":true' in process.stdout.readline()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import sys
 
 from mcp.server.stdio import stdio_server
 
@@ -25,27 +27,42 @@ log = logging.getLogger("extractor.mcp")
 
 
 async def serve(extractor: Extractor) -> None:
-    """Serve MCP on stdio until the client closes stdin (or SIGTERM, SIGINT); the engine is the caller's to close."""
+    """Serve MCP on stdio until the client closes stdin; the engine is then the caller's to close.
+
+    On SIGTERM or SIGINT the process ends here, once the engine is closed: the SDK reads stdin in a
+    worker thread that nothing but the client closing stdin wakes, so a signalled server could not
+    otherwise leave its transport.
+    """
     service = Service(extractor)
     reloader = CatalogReloader(extractor, service.metrics)
     tools = TaskTools(service, wait_for_engine=True)
     tools.follow(reloader)
-    main = asyncio.current_task()
+    signalled = asyncio.Event()
     loop = asyncio.get_running_loop()
-    if main is not None:
-        for number in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(number, main.cancel)
+    for number in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(number, signalled.set)
+
+    async def stop() -> None:
+        tools.listen.close()
+        await reloader.stop()
+        await service.stop()
+        service.review.close()
+
     async with stdio_server() as (read, write):
         await asyncio.to_thread(service.review.open)
         service.begin_start()
         reloader.start(watch=extractor.settings.watch)
-        try:
-            await tools.server.run(read, write, tools.server.create_initialization_options())
-        except asyncio.CancelledError:
-            log.info("signalled: stopping")
-        finally:
-            tools.listen.close()
-            await reloader.stop()
-            await service.stop()
-            service.review.close()
+        serving = asyncio.create_task(tools.server.run(read, write, tools.server.create_initialization_options()))
+        waiting = asyncio.create_task(signalled.wait())
+        await asyncio.wait({serving, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
+        if signalled.is_set():
+            log.info("signalled: closing the engine and exiting")
+            serving.cancel()
+            await stop()
+            await extractor.aclose()
+            sys.stderr.flush()
+            os._exit(0)
+        await stop()
+        serving.result()  # the server's own failure, if it failed
