@@ -26,6 +26,7 @@ from mcp.client.streamable_http import streamable_http_client
 from extractor import Catalog, Extractor, ScriptedEngine, Settings
 from extractor.config import repo_root
 from extractor.engines.base import GenerationRequest
+from extractor.errors import EngineNotReadyError, OverloadedError
 from extractor.mcp import tools
 from extractor.mcp.server import TaskTools
 from extractor.review.store import ReviewStore
@@ -129,6 +130,18 @@ def test_bad_arguments_name_what_to_fix() -> None:
     assert "txt: Extra inputs are not permitted" in str(tools.request({"txt": "x"}))
     assert "options.temperature" in str(tools.request({"text": "x", "options": {"temperature": 9}}))
     assert "document.content" in str(tools.request({"document": {"content": ""}}))
+
+
+def test_refusals_say_when_to_retry() -> None:
+    starting = tools.error(EngineNotReadyError("the engine is starting; GET /readyz turns 200 when it is ready"))
+    assert starting.is_error and (starting.meta or {})[tools.ERROR_META] == {
+        "error": "not_ready",
+        "status": 503,
+        "retry_after": 5,
+    }
+    assert starting.content[0].text.endswith("(retry in 5 s)")  # type: ignore[union-attr]
+    busy = tools.error(OverloadedError("over the admission limit", retry_after=2))
+    assert (busy.meta or {})[tools.ERROR_META]["status"] == 429 and "retry in 2 s" in busy.content[0].text  # type: ignore[union-attr]
 
 
 # -- in process (the SDK's client on the server object), both eras of the protocol -----------

@@ -156,6 +156,8 @@ class TaskTools:
         except Exception:  # a bug must still answer the call: a tool error, never a protocol crash
             log.exception("tool %s failed", name)
             return tools.failure("internal error; see the server's log", kind="internal", status=500)
+        if done.result.task_version != task.version:  # reloaded between the lookup and the run
+            task = self.catalog.tasks.get(name, task)
         return tools.success(task, done.result, review_id=done.review_id)
 
     async def _engine_started(self) -> None:

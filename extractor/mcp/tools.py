@@ -27,7 +27,7 @@ import mcp_types as types
 from pydantic import ValidationError
 
 from extractor.catalog.tasks import TASK_NAME, Catalog, Task
-from extractor.errors import ExtractionFailed, ExtractorError, OverloadedError, UnknownTaskError
+from extractor.errors import EngineNotReadyError, ExtractionFailed, ExtractorError, OverloadedError, UnknownTaskError
 from extractor.results import ExtractionResult
 from extractor.server.errors import error_body
 from extractor.server.protocol import ExtractRequest
@@ -139,9 +139,9 @@ def error(error: ExtractorError, *, catalog: Catalog | None = None, name: str = 
     status, body = error_body(error)
     extra: dict[str, Any] = {}
     message = body.message
-    if isinstance(error, OverloadedError) or getattr(error, "retry_after", None) is not None:
-        extra["retry_after"] = getattr(error, "retry_after", 1)
-        message += f" (retry in {extra['retry_after']} s)"
+    if isinstance(error, OverloadedError | EngineNotReadyError):  # a 429 or a 503: a retry may succeed
+        extra["retry_after"] = error.retry_after
+        message += f" (retry in {error.retry_after} s)"
     if isinstance(error, ExtractionFailed):
         extra["attempts"] = [a.model_dump(mode="json") for a in error.attempts]
     if body.detail is not None:
