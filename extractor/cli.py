@@ -331,6 +331,22 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return status
 
 
+def _cmd_mcp(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from extractor.api import Extractor
+    from extractor.mcp import stdio
+
+    extractor = Extractor(settings=_settings(args))
+    for error in extractor.catalog.errors:
+        print(f"task left out: {error}", file=sys.stderr)
+    try:
+        asyncio.run(stdio.serve(extractor))  # until the client closes stdin, or SIGTERM/SIGINT
+    finally:
+        extractor.close()
+    return 0
+
+
 def _cmd_batch(args: argparse.Namespace) -> int:
     from extractor.api import Extractor
     from extractor.jobs import batch
@@ -843,6 +859,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-playground", dest="playground", action="store_const", const=False, help="same as --playground false"
     )
     serve.set_defaults(handler=_cmd_serve)
+
+    mcp = commands.add_parser(
+        "mcp", help="serve the tasks as MCP tools on stdin/stdout (for an assistant; `serve` has them at /mcp)"
+    )
+    _add_settings(mcp, serve=True)
+    mcp.add_argument("--no-watch", dest="watch", action="store_const", const=False, help="same as --watch false")
+    mcp.set_defaults(handler=_cmd_mcp)
     return parser
 
 

@@ -45,9 +45,15 @@ def create_app(
     the app shuts down (after uvicorn has drained the requests in flight). With ``watch``, the
     catalog reloads when its files change (SIGHUP and ``POST /tasks/reload`` reload it always).
     The review queue's database is migrated when the app starts (without a lifespan: on first use).
+    The tasks are MCP tools at ``/mcp`` (:mod:`extractor.mcp`), served while the lifespan runs.
     """
+    # the MCP server: an interface beside this one, built on the same service (imported here, once the
+    # server package is whole: extractor.mcp imports from it)
+    from extractor.mcp import http as mcp_http
+
     service = Service(extractor)
     reloader = CatalogReloader(extractor, service.metrics)
+    mcp = mcp_http.endpoint(service, reloader)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -55,7 +61,8 @@ def create_app(
         if start_engine:
             service.begin_start()
         reloader.start(watch=watch)
-        yield
+        async with mcp.run():
+            yield
         await reloader.stop()
         await service.stop()
         service.review.close()
@@ -71,6 +78,7 @@ def create_app(
     app.include_router(review.router)
     app.include_router(pages.router)
     openai.install(app, service)
+    mcp_http.mount(app, mcp)
     if extractor.settings.playground:
         app.include_router(playground.router)
     app.add_middleware(StrictJsonGate)  # inside the gate: it sees the body once the gate has read it

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import watchfiles
@@ -38,6 +39,8 @@ class CatalogReloader:
         self._watch: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._sighup = False
+        # Called after each reload, in order (the MCP server tells its clients the tools changed).
+        self.listeners: list[Callable[[ReloadReport], Awaitable[None]]] = []
         r = metrics.registry
         self._reloads = Counter(
             "extractor_catalog_reloads",
@@ -89,6 +92,11 @@ class CatalogReloader:
         )
         for error in new_failures:
             log.warning("task left out or stale: %s", error)
+        for listener in self.listeners:
+            try:
+                await listener(report)
+            except Exception:  # a listener's bug must not fail the reload, which is done
+                log.exception("a reload listener failed")
         return report
 
     def start(self, *, watch: bool) -> None:
