@@ -33,6 +33,7 @@ from extractor.parsing import Parsed, parse, parse_and_validate, validate
 from extractor.results import Attempt, ChunkModel, ExtractionResult, SpanModel, Usage
 from extractor.review import agreement, confidence
 from extractor.typed import TypedModel, build_value
+from extractor.values import evidence
 
 # Room kept in each chunk's window for a re-ask: the previous answer and the feedback lines.
 FEEDBACK_RESERVE_TOKENS = 128
@@ -280,7 +281,7 @@ async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk:
         )
         t0 = time.perf_counter()
         generation = await engine.generate(request)
-        answer = read_answer(task, generation.text, p)
+        answer = read_answer(task, generation.text, p, text=text)
         parsed = answer.parsed
         errors = [*parsed.errors, *answer.problems.values()]
         notes = answer.notes
@@ -372,8 +373,12 @@ class Answer:
         ]
 
 
-def read_answer(task: Task, raw: str, p: Plan) -> Answer:
-    """Parse (repairing), type the value fields from their evidence, validate against the task schema."""
+def read_answer(task: Task, raw: str, p: Plan, *, text: str = "") -> Answer:
+    """Parse (repairing), type the value fields from their evidence, validate against the task schema.
+
+    Evidence the model cut short ("2014" of "May 20, 2014") is widened to the phrase of ``text`` that
+    holds it (:func:`extractor.values.evidence.widen`) before it is read.
+    """
     if not task.values:
         parsed = parse_and_validate(raw, task.validator)
         return Answer(parsed, parsed.value)
@@ -383,13 +388,30 @@ def read_answer(task: Task, raw: str, p: Plan) -> Answer:
     ctx = values.Context(
         languages=task.settings.languages, date_order=task.settings.date_order, reference_date=p.reference_date
     )
-    applied = values.apply(first.value, task.values, ctx)
+    evidence_data = _widened(task, first.value, text) if text else first.value
+    applied = values.apply(evidence_data, task.values, ctx)
     # A value that could not be read has its own line; the schema's complaint at it would say less.
     errors = [
         e for e in validate(task.validator, applied.data) if not any(e.startswith(f"{q}:") for q in applied.problems)
     ]
     parsed = Parsed(value=applied.data, repaired=first.repaired, errors=tuple(errors))
-    return Answer(parsed, first.value, applied.typed, applied.problems, list(applied.notes))
+    return Answer(parsed, evidence_data, applied.typed, applied.problems, list(applied.notes))
+
+
+def _widened(task: Task, data: Any, text: str) -> Any:
+    """``data`` with each typed value's copied words widened to the phrase of ``text`` holding them."""
+    if isinstance(data, dict):
+        return {k: _widened_at(task, v, text, f"/{grounding.escape_token(str(k))}") for k, v in data.items()}
+    return data
+
+
+def _widened_at(task: Task, value: Any, text: str, pointer: str) -> Any:
+    if isinstance(value, dict):
+        return {k: _widened_at(task, v, text, f"{pointer}/{grounding.escape_token(str(k))}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [_widened_at(task, v, text, pointer) for v in value]
+    found = task.values.get(pointer)
+    return evidence.widen(text, found, value) if found is not None and isinstance(value, str) else value
 
 
 @dataclass(frozen=True)

@@ -371,3 +371,33 @@ def test_eval_compares_typed_values_as_values() -> None:
     predicted = {"effective_date": "2014-05-20", "term": "P3Y", "fee": 12500, "party": ["A"]}
     assert total(compare(gold, predicted, typed=fields)).f1 == 1.0
     assert total(compare(gold, predicted)).f1 < 1.0  # untyped, the two spellings differ
+
+
+@pytest.mark.parametrize(
+    ("kind", "settings", "text", "copied", "expected", "evidence"),
+    [
+        ("date", {}, "This Agreement is made as of May 20, 2014 by the parties.", "2014", "2014-05-20", "May 20, 2014"),
+        ("duration", {}, "It lasts for three (3) years from today.", "3", "P3Y", "three (3) years"),
+        ("number", {}, "预算1.2万以内", "1.2", 12000, "1.2万"),
+        ("number", {"currency": "required"}, "The fee is $1,200.", "1,200", 1200, "$1,200"),
+        ("number", {}, "a discount of 12.5 % today", "12.5", 0.125, "12.5 %"),
+        ("time", {}, "请在下午3点到达", "3", "15:00:00", "下午3点"),
+        ("date", {}, "帮我查下周五的航班", "周五", "2026-12-11", "下周五"),
+    ],
+)
+def test_evidence_cut_short_is_widened_to_its_phrase(
+    kind: str, settings: dict[str, Any], text: str, copied: str, expected: Any, evidence: str
+) -> None:
+    from extractor.values.evidence import widen
+
+    found = widen(text, ValueField("/v", kind, settings), copied)
+    assert found == evidence
+    assert normalize(ValueField("/v", kind, settings), found, Context(reference_date=REFERENCE)).value == expected
+
+
+async def test_the_pipeline_reads_the_whole_phrase(typed_extractor: Extractor, engine: ScriptedEngine) -> None:
+    engine.enqueue([_answer(effective_date="2014", term="3")])
+    result = await typed_extractor.aextract("deal", TEXT)
+    assert result.data["effective_date"] == "2014-05-20" and result.data["term"] == "P3Y"
+    spans = {s.path: s for s in result.spans}
+    assert spans["/effective_date"].value == "May 20, 2014" and spans["/term"].value == "three (3) years"

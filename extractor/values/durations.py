@@ -46,11 +46,15 @@ _UNITS = {
     "sec": "seconds",
     "秒": "seconds",
 }
+_NUMBER_WORDS = (
+    "a|an|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|"
+    "sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundred|half"
+)
 _UNIT = "|".join(sorted((re.escape(u) for u in _UNITS), key=len, reverse=True))
 # A count ("2", "2.5", "two", "twenty-four", "half a") optionally followed by its digits in
 # parentheses ("two (2)"), then a unit word ("years", "个月", "calendar months").
 PART = re.compile(
-    r"(?P<count>\d+(?:\.\d+)?|[a-z][a-z\- ]*?|[零〇一二两三四五六七八九十百千万]+|半)"
+    rf"(?P<count>\d+(?:\.\d+)?|(?:\b(?:{_NUMBER_WORDS})\b[\s-]*)+|[零〇一二两三四五六七八九十百千万]+|半)"
     r"\s*(?:\((?P<paren>\d+(?:\.\d+)?)\)\s*)?"
     rf"(?:full\s+|calendar\s+|consecutive\s+|个)?(?P<unit>{_UNIT})(?:s|\(s\))?\b",
     re.IGNORECASE,

@@ -32,11 +32,28 @@ _DATE_PATTERNS = [
     r"\d{1,2}[/.]\d{1,2}[/.]\d{2,4}",
     r"[\d零〇一二三四五六七八九十]{2,4}年[\d一二三四五六七八九十]{1,3}月(?:[\d一二三四五六七八九十]{1,3}[日号])?",
     r"[\d一二三四五六七八九十]{1,3}月[\d一二三四五六七八九十]{1,3}[日号]",
+    # relative: "下周五", "明天", "3天后", "tomorrow", "in two weeks", "2 days ago"
+    r"(?:上|下|这|本|下下)?个?(?:周|星期|礼拜)[一二三四五六日天1-7]",
+    r"大?后天|明天|今天|昨天|前天",
+    r"[\d一二三四五六七八九十两]+\s*(?:天|周|个月|年)[后前]",
+    r"\b(?:tomorrow|yesterday|today)\b",
+    r"\bin\s+(?:\d+|[a-z]+)\s+(?:days?|weeks?|months?|years?)\b",
+    r"\b(?:\d+|[a-z]+)\s+(?:days?|weeks?|months?|years?)\s+ago\b",
+    r"\b(?:next|last|this)\s+(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|week|month)\b",
 ]
-_DATES = re.compile("|".join(f"(?:{p})" for p in _DATE_PATTERNS), re.IGNORECASE)
+_CLOCK = (
+    r"\d{1,2}:\d{2}(?:\s*[ap]\.?m\.?)?|\d{1,2}\s*[ap]\.?m\.?|\bnoon\b|\bmidnight\b"
+    r"|(?:上午|早上|中午|下午|晚上|傍晚|凌晨)?[\d零一二两三四五六七八九十]{1,3}[点點时](?:半|[\d一二三四五六七八九十]{1,3}分?)?"
+)
+_DATE = "|".join(f"(?:{p})" for p in _DATE_PATTERNS)
+_DATES = re.compile(_DATE, re.IGNORECASE)
+_DATE_TIMES = re.compile(rf"(?:{_DATE})(?:,?\s*(?:at\s+)?(?:{_CLOCK}))?", re.IGNORECASE)
+_TIMES = re.compile(_CLOCK, re.IGNORECASE)
 _NUMBERS = re.compile(
-    r"(?:[$€£¥￥]\s*)?[-+]?\d(?:[\d,.]*\d)?(?:\s*(?:%|％|percent|[a-zA-Z]{1,3}\b|元|美元|万|亿))?"
-    r"|[零〇一二两三四五六七八九十百千万亿点]+(?:元|个)?"
+    r"(?:(?:USD|EUR|GBP|CNY|RMB|JPY|US\$)\s*|[$€£¥￥]\s*)?[-+−]?\d(?:[\d,.]*\d)?"
+    r"(?:\s*(?:%|％|per\s?cent|percent|euros?|dollars?|yuan|pounds?|万|亿|千|元|美元|欧元|英镑|日元|港元|公里|千米|公斤|千克|克|米|"
+    r"个百分点|[a-zA-Z]{1,3}\b|€))?"
+    r"|百分之[零〇一二两三四五六七八九十百点]+|[零〇一二两三四五六七八九十百千万亿点]+(?:元|美元|万|亿|个)?"
 )
 
 
@@ -56,13 +73,14 @@ def find(text: str, value_field: ValueField, value: Any, ctx: Context | None = N
 def candidates(text: str, kind: str) -> Iterator[tuple[int, int]]:
     """Phrases of ``text`` that may state a value of ``kind``, in reading order."""
     if kind in ("date", "date-time"):
-        for match in _DATES.finditer(text):
+        for match in (_DATE_TIMES if kind == "date-time" else _DATES).finditer(text):
             yield match.span()
     elif kind == "duration":
         for match in durations.PART.finditer(dates.digits(text) if _same_length(text) else text):
             yield match.span()
     elif kind == "time":
-        return
+        for match in _TIMES.finditer(text):
+            yield match.span()
     else:
         for match in _NUMBERS.finditer(text):
             yield match.start(), match.end()
@@ -121,3 +139,21 @@ def _set(data: Any, pointer: str, value: Any) -> None:
         node[int(last)] = value
     else:
         node[last] = value
+
+
+def widen(text: str, value_field: ValueField, words: str) -> str:
+    """The whole phrase of ``text`` that holds the copied ``words`` and states a value of the field's kind.
+
+    A small model copies the least it can: "2014" of "May 20, 2014", "3" of "three (3) years",
+    "1.2" of "1.2万". The value is read from the phrase around the words (still the text's own
+    words, and where they are); words no such phrase holds are kept as copied.
+    """
+    at = text.find(words)
+    if at < 0 or not words.strip():
+        return words
+    end = at + len(words)
+    holding = [(s, e) for s, e in candidates(text, value_field.kind) if s <= at and end <= e and e - s > len(words)]
+    if not holding:
+        return words
+    start, stop = min(holding, key=lambda span: span[1] - span[0])
+    return text[start:stop].strip()
