@@ -262,6 +262,11 @@ class Settings:
         return self.home / "models"
 
     @property
+    def pools_dir(self) -> Path:
+        """The reviewers' example pools (``<task>.jsonl``), merged after the catalog's at load."""
+        return self.home / "pools"
+
+    @property
     def review_database(self) -> Path:
         """The review queue's SQLite file, used when ``database_url`` is not set."""
         return self.home / "review.sqlite3"

@@ -1,14 +1,19 @@
-"""Corrections into the task's example pool: checked like every pool line, appended without losing a line.
+"""Corrections into the reviewers' pool: checked like every pool line, appended without losing a line.
 
 An accepted or corrected item becomes the pool line ``{"id": "review-<id>", "text": ..., "output":
-...}`` of ``examples/<task>.jsonl``. Before the decision is recorded, the answer is checked as a
+..., "review": {"decision": ..., "by": ..., "at": ...}}`` of ``<home>/pools/<task>.jsonl``
+(``Settings.pools_dir``), never of the catalog's ``examples/``: the source tree stays as the analyst
+committed it, and the catalog merges the reviewers' pool after the shipped one at load
+(:func:`extractor.examples.pool.load_pool`). ``extractor review export TASK --pool`` writes the
+lines out for an analyst to commit. Before the decision is recorded, the answer is checked as a
 pool line is at load (:func:`extractor.examples.pool.check_output`: valid against the task's
 schema, every grounded string found in the text), so a bad correction is refused with what to fix
 instead of being left out at the next load. The line is appended under an exclusive lock (two
 server processes may append to one pool), after a newline if the file does not end with one,
 and fsynced; a line whose id is already there is not written twice (a decision retried after a
-failed commit). A pool created by the first correction starts with the task's fixed worked
-examples, so the requests that showed them still see them once the pool takes over.
+failed commit). For a task without a shipped pool, the reviewers' pool created by the first
+correction starts with the task's fixed worked examples, so the requests that showed them still
+see them once the pool takes over.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +29,7 @@ from extractor.catalog.tasks import Task
 from extractor.errors import CorrectionError, ReviewStoreError
 from extractor.examples.pool import MAX_TEXT_CHARS, check_output
 from extractor.jobs.journal import fsync_dir
+from extractor.review.store import ReviewItem
 
 POOL_ID_PREFIX = "review-"
 
@@ -55,9 +62,9 @@ def poolable(text: str) -> str | None:
     return None
 
 
-def pool_path(root: Path, task: str) -> Path:
-    """The task's pool file under the catalog root (the name is a loaded task's: it matches TASK_NAME)."""
-    return root / "examples" / f"{task}.jsonl"
+def pool_path(pools: Path, task: str) -> Path:
+    """The task's reviewers' pool file (the name is a loaded task's: it matches TASK_NAME)."""
+    return pools / f"{task}.jsonl"
 
 
 def line_id(item_id: int) -> str:
@@ -65,9 +72,11 @@ def line_id(item_id: int) -> str:
     return f"{POOL_ID_PREFIX}{item_id}"
 
 
-def pool_line(item_id: int, text: str, data: Any) -> dict[str, Any]:
-    """The pool line an item becomes."""
-    return {"id": line_id(item_id), "text": text, "output": data}
+def pool_line(item: ReviewItem) -> dict[str, Any]:
+    """The pool line a decided item becomes: its answer, and who decided it and when."""
+    at = item.reviewed_at.astimezone(UTC).isoformat(timespec="seconds") if item.reviewed_at else None
+    review = {"decision": item.status, "by": item.reviewer, "at": at}
+    return {"id": line_id(item.id), "text": item.text, "output": item.answer, "review": review}
 
 
 def seed_lines(task: Task) -> list[dict[str, Any]]:

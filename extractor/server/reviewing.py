@@ -3,8 +3,9 @@
 A decision on an item, in order: the item is read (404); a decision on an item no longer pending
 is a 409; an accepted result or a correction is checked as a pool line of the task as it serves
 now (422 naming what to fix); then the decision is recorded, atomically, and, inside the same
-database transaction, the item is appended to ``examples/<task>.jsonl`` (a failed write rolls
-the decision back); last, the catalog reloads through the service's reloader, so the task's
+database transaction, the item is appended to the reviewers' pool ``<home>/pools/<task>.jsonl``
+with who decided and when (a failed write rolls the decision back; the catalog's files are never
+written); last, the catalog reloads through the service's reloader, so the task's
 version changes and the next request can retrieve the new example. A rejected item touches no
 file.
 """
@@ -86,13 +87,14 @@ class ReviewDesk:
         answer = data if decision == "correct" else item.result.get("data")
         corrections.check(task, item.text, answer, item_id=item_id, corrected=decision == "correct")
         note = corrections.poolable(item.text)
-        root = self.service.settings.tasks_dir
-        path = corrections.pool_path(root, task.name) if note is None else None
-        seed = corrections.seed_lines(task)
+        settings = self.service.settings
+        path = corrections.pool_path(settings.pools_dir, task.name) if note is None else None
+        shipped = (settings.tasks_dir / "examples" / f"{task.name}.jsonl").is_file()
+        seed = [] if shipped else corrections.seed_lines(task)
 
         def write(won: ReviewItem) -> None:  # inside the decision's transaction
             if path is not None:
-                corrections.append(path, corrections.pool_line(won.id, won.text, won.answer), seed=seed)
+                corrections.append(path, corrections.pool_line(won), seed=seed)
 
         decided = await asyncio.to_thread(
             self.store.decide,
@@ -108,7 +110,7 @@ class ReviewDesk:
         await self.reloader.reload("review")
         now = self.service.extractor.catalog.tasks.get(task.name)
         written = PoolWrite(
-            file=_relative(path, root),
+            file=_relative(path, settings.home),
             line_id=corrections.line_id(decided.id),
             task_version=now.version if now is not None else "",
         )
