@@ -219,7 +219,7 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
     from extractor.catalog.tasks import Catalog
 
     settings = _settings(args)
-    catalog = Catalog.load(settings.tasks_dir, backend=settings.grammar_backend)
+    catalog = Catalog.load(settings.tasks_dir, backend=settings.grammar_backend, pools=settings.pools_dir)
     if args.json:
         _print_json(
             {
