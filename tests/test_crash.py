@@ -181,7 +181,7 @@ class Load:
                 except httpx.TransportError:
                     return
                 if answer.status_code == 200:
-                    self.decided[item] = answer.json()["item"]["status"]
+                    self.decided[item] = answer.json()["status"]
 
     def end(self) -> None:
         self._stop.set()
