@@ -444,3 +444,17 @@ def test_the_queue_survives_a_sigkill(tmp_path: Path, database_url: str | None, 
     ids = {i["id"] for i in listed}
     assert set(killed_with) <= ids, sorted(set(killed_with) - ids)  # every acknowledged item is there
     assert all(i["status"] == "pending" and i["text"].startswith("第") for i in listed)
+
+
+async def test_an_empty_answer_joins_the_pool_only_when_the_reviewer_says_the_text_holds_nothing(
+    sqlite_client: httpx.AsyncClient, engine: ScriptedEngine, root: Path
+) -> None:
+    nothing = dict.fromkeys(RIGHT)
+    before = pool_lines(root)
+    item_id = await queue(sqlite_client, engine)
+    refused = await sqlite_client.post(f"/review/{item_id}/correct", json={"data": nothing})
+    assert refused.status_code == 422 and '"nothing_found": true' in refused.json()["message"]
+    assert pool_lines(root) == before
+    done = await sqlite_client.post(f"/review/{item_id}/correct", json={"data": nothing, "nothing_found": True})
+    assert done.status_code == 200, done.text
+    assert pool_lines(root)[len(before) :] == [{"id": f"review-{item_id}", "text": TEXT, "output": nothing}]

@@ -34,12 +34,22 @@ from extractor.review.store import ReviewItem
 POOL_ID_PREFIX = "review-"
 
 
-def check(task: Task, text: str, data: Any, *, item_id: int, corrected: bool) -> None:
-    """Refuse (:class:`CorrectionError`) an answer that could not be a pool line of ``task`` for ``text``."""
+def check(task: Task, text: str, data: Any, *, item_id: int, corrected: bool, nothing_found: bool = False) -> None:
+    """Refuse (:class:`CorrectionError`) an answer that could not be a pool line of ``task`` for ``text``.
+
+    Beyond the pool's own checks, an answer without any value is refused unless the reviewer
+    confirms (``nothing_found``) that the text holds nothing to extract: an empty answer teaches the
+    model to find nothing, so it needs a person's word, not a click through.
+    """
     output = {task.wrapped: data} if task.wrapped is not None else data
     try:
         if not isinstance(output, dict):
             raise ValueError("/data: must be a JSON object shaped like the task's answer")
+        if not nothing_found and empty(data):
+            raise ValueError(
+                "/data: holds no value (every field null or empty); if the text really holds none, "
+                'say so with "nothing_found": true'
+            )
         check_output(text, output, validator=task.validator, ungrounded=task.ungrounded, where="/data")
     except ValueError as error:
         # A wrapped top level is checked as decoded ({"value": ...}): name the path as the reviewer wrote it.
@@ -53,6 +63,15 @@ def check(task: Task, text: str, data: Any, *, item_id: int, corrected: bool) ->
             f"review item {item_id}: the result cannot be accepted as it is: {problem}; "
             f"correct it instead (POST /review/{item_id}/correct)"
         ) from None
+
+
+def empty(value: Any) -> bool:
+    """Whether ``value`` holds no value at all: null, an empty string, list or object, or only such."""
+    if isinstance(value, dict):
+        return all(empty(v) for v in value.values())
+    if isinstance(value, list):
+        return all(empty(v) for v in value)
+    return value is None or value == ""
 
 
 def poolable(text: str) -> str | None:

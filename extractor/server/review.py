@@ -97,7 +97,10 @@ async def _decide(
     request: Request, item_id: int, decision: Decision, body: DecisionRequest | None, data: Any = None
 ) -> DecisionOut:
     version = body.version if body is not None else None
-    done = await _desk(request).decide(item_id, decision, reviewer=reviewer(request), data=data, version=version)
+    nothing = body.nothing_found if body is not None else False
+    done = await _desk(request).decide(
+        item_id, decision, reviewer=reviewer(request), data=data, version=version, nothing_found=nothing
+    )
     return _decided(done)
 
 

@@ -74,7 +74,14 @@ class ReviewDesk:
         return await asyncio.to_thread(self.store.get, item_id)
 
     async def decide(
-        self, item_id: int, decision: Decision, *, reviewer: str | None, data: Any = None, version: int | None = None
+        self,
+        item_id: int,
+        decision: Decision,
+        *,
+        reviewer: str | None,
+        data: Any = None,
+        version: int | None = None,
+        nothing_found: bool = False,
     ) -> Decided:
         """Accept, correct or reject an item; accepted and corrected ones join the task's pool at once."""
         item = await self.get(item_id)
@@ -85,7 +92,9 @@ class ReviewDesk:
             return Decided(decided)
         task = self._task(item)
         answer = data if decision == "correct" else item.result.get("data")
-        corrections.check(task, item.text, answer, item_id=item_id, corrected=decision == "correct")
+        corrections.check(
+            task, item.text, answer, item_id=item_id, corrected=decision == "correct", nothing_found=nothing_found
+        )
         note = corrections.poolable(item.text)
         settings = self.service.settings
         path = corrections.pool_path(settings.pools_dir, task.name) if note is None else None
