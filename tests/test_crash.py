@@ -79,6 +79,7 @@ class Service:
         self.started = time.monotonic()
         self.process = subprocess.Popen(command, cwd=repo_root(), stdout=self._log, stderr=subprocess.STDOUT, env=env)
         self.seen: set[int] = set()
+        self.gone_s = 0.0
         self._watching = True
         self._watcher = threading.Thread(target=self._watch, daemon=True)
         self._watcher.start()
@@ -107,8 +108,12 @@ class Service:
             time.sleep(0.2)
 
     def stop(self, sig: int) -> list[int]:
-        """Signal the service, wait for it; the pids of what it started that outlive it by GONE_TIMEOUT_S."""
+        """Signal the service, wait for it; the pids of what it started that outlive it by GONE_TIMEOUT_S.
+
+        ``gone_s``: how long after the signal the last of them was gone.
+        """
         self.seen |= set(self.descendants())
+        signalled = time.monotonic()
         self.process.send_signal(sig)
         self.process.wait(timeout=120)
         self._watching = False
@@ -117,9 +122,10 @@ class Service:
         deadline = time.monotonic() + GONE_TIMEOUT_S
         while True:
             left = [pid for pid in self.seen | set(_owned_by(self.process.pid)) if _running(pid)]
+            self.gone_s = time.monotonic() - signalled
             if not left or time.monotonic() > deadline:
                 return left
-            time.sleep(0.1)
+            time.sleep(0.05)
 
 
 def _running(pid: int) -> bool:
@@ -248,6 +254,7 @@ def test_sigkill_at_random_points_leaves_nothing(tmp_path: Path) -> None:
                 queued |= load.queued
                 decided.update(load.decided)
             figures["processes"] = len(service.seen)
+            figures["gone_s"] = round(service.gone_s, 2)
             figures["orphans"] = orphans
             figures["available_gb"] = round(_available() / 1e9, 2)
             rounds.append(figures)
