@@ -104,11 +104,17 @@ def _owner() -> int | None:
 
 
 def _hook() -> None:
-    """Guard every process this one forks (vLLM's engine core and workers on the CPU)."""
+    """Guard every process this one forks (``VLLM_WORKER_MULTIPROC_METHOD=fork``)."""
     global _hooked
     if not _hooked:
         _hooked = True
-        os.register_at_fork(after_in_child=watch)
+        os.register_at_fork(after_in_child=_forked)
+
+
+def _forked() -> None:
+    global _lock
+    _lock = threading.Lock()  # another thread may have held it at the fork: a fresh one
+    watch()
 
 
 def _guard(owner: int) -> None:
