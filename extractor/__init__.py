@@ -9,6 +9,7 @@ from extractor.chat import ChatReply
 from extractor.config import Settings
 from extractor.documents import Document
 from extractor.engines import Engine, ScriptedEngine
+from extractor.engines import lifeline as _lifeline
 from extractor.errors import (
     ConfigError,
     DocumentError,
@@ -23,6 +24,10 @@ from extractor.errors import (
     UnknownTaskError,
 )
 from extractor.results import Attempt, ExtractionResult, SpanModel, Usage
+
+# A process started by one that owns engines dies with its owner, however the owner dies: vLLM's
+# spawned engine core and workers import the main module again, and with it this package.
+_lifeline.watch()
 
 __all__ = [
     "Attempt",

@@ -57,7 +57,9 @@ class Extractor:
         self.settings = settings or Settings.from_env()
         self._tasks = None if tasks is None else frozenset(tasks)
         # Swapped whole by a reload (extractor.catalog.reload); a request reads it once, at its start.
-        self.catalog = catalog or load_catalog(self.settings.tasks_dir, backend=self.settings.grammar_backend)
+        self.catalog = catalog or load_catalog(
+            self.settings.tasks_dir, backend=self.settings.grammar_backend, pools=self.settings.pools_dir
+        )
         if self.settings.adapter_serving == "auto" and self.settings.engine == "vllm":
             self.settings = self.settings.with_(adapter_serving=self._auto_serving())
         if self.settings.max_lora_rank == 0:

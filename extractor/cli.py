@@ -238,7 +238,7 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
     from extractor.catalog.tasks import Catalog
 
     settings = _settings(args)
-    catalog = Catalog.load(settings.tasks_dir, backend=settings.grammar_backend)
+    catalog = Catalog.load(settings.tasks_dir, backend=settings.grammar_backend, pools=settings.pools_dir)
     if args.json:
         _print_json(
             {
@@ -507,13 +507,36 @@ def _cmd_examples(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export_pool(args: argparse.Namespace) -> int:
+    from extractor.catalog.tasks import TASK_NAME
+    from extractor.review.corrections import pool_path
+    from extractor.review.export import append_pool
+
+    settings = _settings(args)
+    if not TASK_NAME.match(args.task):
+        raise ConfigError(f"extractor review export: {args.task!r} is not a task name")
+    out = Path(args.out) if args.out else settings.tasks_dir / "examples" / f"{args.task}.jsonl"
+    reviewed = pool_path(settings.pools_dir, args.task)
+    done = append_pool(reviewed, out)
+    print(
+        f"{done.written} reviewed line(s) of {args.task} from {reviewed} appended ({done.skipped} there already)",
+        file=sys.stderr,
+    )
+    print(out)
+    return 0
+
+
 def _cmd_review(args: argparse.Namespace) -> int:
     from extractor.review.export import write_gold
     from extractor.review.store import ReviewStore
 
     store = ReviewStore.from_settings(_settings(args))
     try:
+        if args.action == "export" and args.pool:
+            return _export_pool(args)
         if args.action == "export":
+            if args.out is None:
+                raise ConfigError("extractor review export: give --out GOLD.jsonl (or --pool)")
             out = Path(args.out)
             done = write_gold(out, store.decided(args.task))
             skipped = f"; {done.skipped} skipped (not an object answer)" if done.skipped else ""
@@ -803,10 +826,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_settings(lister)
     lister.set_defaults(handler=_cmd_review)
     exporter = review_actions.add_parser(
-        "export", help="write a task's accepted and corrected items as a gold file (`extractor eval` reads it)"
+        "export",
+        help="write a task's accepted and corrected items as a gold file (`extractor eval` reads it), "
+        "or (--pool) the reviewers' pool into the catalog's examples/ for an analyst to commit",
     )
     exporter.add_argument("task")
-    exporter.add_argument("--out", required=True, metavar="GOLD.jsonl", help="the gold file to write")
+    exporter.add_argument(
+        "--out", metavar="FILE.jsonl", help="the gold file to write (with --pool: the pool to append to)"
+    )
+    exporter.add_argument(
+        "--pool",
+        action="store_true",
+        help="append the reviewed lines of $EXTRACTOR_HOME/pools/TASK.jsonl missing from examples/TASK.jsonl "
+        "(or --out) to it, who decided and when included",
+    )
     _add_settings(exporter)
     exporter.set_defaults(handler=_cmd_review)
 

@@ -149,8 +149,9 @@ class Settings:
     body_timeout_s: float = 30.0
     # `serve`: a request line and headers must arrive within this many seconds of their first byte (408)
     header_timeout_s: float = 10.0
-    # access (see README "Limits and guarantees"): API keys, comma-separated, and/or a file of them,
-    # one per line; with any, every route but /healthz and /readyz needs `Authorization: Bearer KEY`
+    # access (extractor.server.access): API keys, comma-separated, and/or a file of them, one per line,
+    # each `KEY [name=NAME] [scopes=extract+review+admin]`; with any, every route but /healthz and
+    # /readyz needs `Authorization: Bearer KEY` with the route's scope
     api_keys: str | None = field(default=None, repr=False)
     api_keys_file: str | None = None
     metrics_open: bool = False  # /metrics without a key (a scraper inside the network)
@@ -290,6 +291,11 @@ class Settings:
     def models_dir(self) -> Path:
         """Where converted models are cached."""
         return self.home / "models"
+
+    @property
+    def pools_dir(self) -> Path:
+        """The reviewers' example pools (``<task>.jsonl``), merged after the catalog's at load."""
+        return self.home / "pools"
 
     @property
     def review_database(self) -> Path:

@@ -168,3 +168,84 @@ def test_serve_warns_on_a_public_bind_and_never_logs_a_key(tmp_path: Path) -> No
     log = log_of(keyed_dir)
     assert "without API keys" not in log and "POST /extract/landmark_slots" in log
     assert KEY not in log and "not-the-key-7777" not in log
+
+
+EXTRACT, REVIEW, ADMIN = "k-extract-only-0001", "k-review-only-00001", "k-admin-only-000001"
+SCOPED = f"{EXTRACT} name=app scopes=extract, {REVIEW} name=ann scopes=review, {ADMIN} name=ops scopes=admin"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "scope"),
+    [
+        ("POST", "/extract/landmark_slots", "extract"),
+        ("POST", "/extract/landmark_slots/batch", "extract"),
+        ("POST", "/chat", "extract"),
+        ("POST", "/v1/chat/completions", "extract"),
+        ("GET", "/v1/models", "extract"),
+        ("GET", "/tasks", "extract"),
+        ("GET", "/review", "review"),
+        ("GET", "/review/1", "review"),
+        ("POST", "/review/1/accept", "review"),
+        ("POST", "/review/1/correct", "review"),
+        ("POST", "/review/1/reject", "review"),
+        ("POST", "/tasks/reload", "admin"),
+    ],
+)
+async def test_a_key_without_the_scope_gets_403_naming_it(
+    catalog: Catalog, tmp_path: Path, engine: ScriptedEngine, method: str, path: str, scope: str
+) -> None:
+    extractor = keyed(catalog, tmp_path, engine, api_keys=SCOPED)
+    keys = {"extract": EXTRACT, "review": REVIEW, "admin": ADMIN}
+    async for c in client_for(extractor):
+        for name, key in keys.items():
+            response = await c.request(method, path, headers={"authorization": f"Bearer {key}"}, json={"text": "x"})
+            if name == scope:
+                assert response.status_code not in (401, 403), (name, response.text)
+                continue
+            assert response.status_code == 403, (name, response.text)
+            assert response.json()["error"] == "forbidden"
+            assert f"lacks the scope '{scope}'" in response.json()["message"] and key not in response.text
+        document = (await c.get("/openapi.json", headers={"authorization": f"Bearer {ADMIN}"})).json()
+        template = path.replace("landmark_slots", "{task}").replace("/1/", "/{item_id}/")
+        template = template.replace("/review/1", "/review/{item_id}")
+        assert "403" in document["paths"][template][method.lower()]["responses"]
+
+
+async def test_a_named_key_decides_as_its_name(catalog: Catalog, tmp_path: Path, engine: ScriptedEngine) -> None:
+    extractor = keyed(catalog, tmp_path, engine, api_keys=f"{EXTRACT} name=app scopes=extract, {REVIEW} name=ann")
+    async for c in client_for(extractor):
+        engine.enqueue([landmark(name="阿尔罕布拉宫")])
+        sent = await c.post(
+            "/extract/landmark_slots",
+            json={"text": LANDMARK_TEXT, "review": True},
+            headers={"authorization": f"Bearer {EXTRACT}"},
+        )
+        item = sent.json()["review_id"]
+        headers = {"authorization": f"Bearer {REVIEW}", "x-reviewer": "Ann B."}
+        decided = await c.post(f"/review/{item}/reject", headers=headers)
+        assert decided.json()["reviewer"] == "ann (Ann B.)"
+
+
+def test_key_entries_name_what_is_wrong(tmp_path: Path) -> None:
+    from extractor.errors import ConfigError
+    from extractor.server.access import configured_keys
+
+    path = tmp_path / "keys"
+    path.write_text("# name and scopes\nk-file-1 name=ann scopes=review,extract\nk-file-2\n")
+    keys = configured_keys(
+        Settings.from_env({"EXTRACTOR_API_KEYS": "k-env scopes=admin", "EXTRACTOR_API_KEYS_FILE": str(path)})
+    )
+    assert [(k.name.startswith("key:"), sorted(k.scopes)) for k in keys] == [
+        (True, ["admin"]),
+        (False, ["extract", "review"]),
+        (True, ["admin", "extract", "review"]),  # no scopes=: every scope, as before scopes
+    ]
+    assert keys[1].name == "ann" and "k-file-1" not in repr(keys[1])
+    with pytest.raises(ConfigError, match=r"entry 1: scopes reveiw not known") as error:
+        configured_keys(Settings.from_env({"EXTRACTOR_API_KEYS": "k-secret scopes=reveiw"}))
+    assert "k-secret" not in str(error.value)
+    with pytest.raises(ConfigError, match=r"keys:2: 'role' is not an option"):
+        path.write_text("k-1\nk-secret role=admin\n")
+        configured_keys(Settings.from_env({"EXTRACTOR_API_KEYS_FILE": str(path)}))
+    with pytest.raises(ConfigError, match="'ann' is given to more than one key"):
+        configured_keys(Settings.from_env({"EXTRACTOR_API_KEYS": "k-1 name=ann, k-2 name=ann"}))

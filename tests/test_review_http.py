@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import shutil
 import signal
@@ -98,8 +99,21 @@ async def queue(client: httpx.AsyncClient, engine: ScriptedEngine, text: str = T
     return review_id
 
 
+def shipped_lines(root: Path) -> list[dict[str, Any]]:
+    path = root / "examples" / f"{TASK}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+
+
+def reviewed_lines(root: Path) -> list[dict[str, Any]]:
+    """The reviewers' pool under the home beside the catalog (the fixtures' tmp_path / "home")."""
+    path = root.parent / "home" / "pools" / f"{TASK}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+
+
 def pool_lines(root: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (root / "examples" / f"{TASK}.jsonl").read_text().splitlines()]
+    """The task's pool as the catalog merges it (shipped, then reviewed), without who decided."""
+    reviewed = [{k: v for k, v in line.items() if k != "review"} for line in reviewed_lines(root)]
+    return shipped_lines(root) + reviewed
 
 
 async def test_a_queued_result_is_listed_and_fetched(client: httpx.AsyncClient, engine: ScriptedEngine) -> None:
@@ -163,16 +177,20 @@ async def test_a_correction_teaches_the_next_request(
 ) -> None:
     client = sqlite_client
     before = pool_lines(root)
+    shipped = (root / "examples" / f"{TASK}.jsonl").read_bytes()
     version = (await client.get(f"/tasks/{TASK}")).json()["version"]
     item_id = await queue(client, engine)
     response = await client.post(f"/review/{item_id}/correct", json={"data": RIGHT}, headers={"x-reviewer": "ann"})
     assert response.status_code == 200, response.text
     body = response.json()
     assert (body["status"], body["corrected"], body["reviewer"], body["version"]) == ("corrected", RIGHT, "ann", 2)
-    assert body["pool"]["file"] == f"examples/{TASK}.jsonl" and body["pool"]["line_id"] == f"review-{item_id}"
+    assert body["pool"]["file"] == f"pools/{TASK}.jsonl" and body["pool"]["line_id"] == f"review-{item_id}"
+    assert (root / "examples" / f"{TASK}.jsonl").read_bytes() == shipped  # the catalog's files are never written
     lines = pool_lines(root)
     assert lines[: len(before)] == before  # nothing lost
     assert lines[len(before) :] == [{"id": f"review-{item_id}", "text": TEXT, "output": RIGHT}]
+    decided = reviewed_lines(root)[-1]["review"]
+    assert (decided["decision"], decided["by"]) == ("corrected", "ann") and decided["at"].endswith("+00:00")
     detail = (await client.get(f"/tasks/{TASK}")).json()
     assert detail["version"] == body["pool"]["task_version"] != version and detail["pool"] == len(before) + 1
     # the next request for a near-identical text retrieves the corrected example (BM25)
@@ -335,6 +353,43 @@ async def test_the_cli_lists_and_exports(
     ]
 
 
+def tree_digest(root: Path) -> dict[str, str]:
+    """Every file of the catalog's folders, by its SHA-256."""
+    files = sorted(
+        p for folder in ("schemas", "prompts", "examples") for p in (root / folder).rglob("*") if p.is_file()
+    )
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+
+
+async def test_corrections_on_the_shipped_catalog_never_touch_the_source_tree(
+    tmp_path: Path, engine: ScriptedEngine, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = tree_digest(repo_root())
+    home = tmp_path / "home"
+    extractor = make_extractor(repo_root(), home, engine)
+    async for client in client_for(extractor):
+        item_id = await queue(client, engine)
+        decided = await client.post(f"/review/{item_id}/correct", json={"data": RIGHT})
+        assert decided.status_code == 200 and decided.json()["pool"]["file"] == f"pools/{TASK}.jsonl"
+        # the next request's examples hold the correction (the catalog merged the home pool at its reload)
+        engine.enqueue([json.dumps(RIGHT, ensure_ascii=False)])
+        assert (await client.post(f"/extract/{TASK}", json={"text": NEAR})).status_code == 200
+        shown = [m["content"] for m in engine.history[-1].messages if m["role"] == "user"]
+        assert TEXT in shown
+    assert tree_digest(repo_root()) == before
+    [line] = [json.loads(x) for x in (home / "pools" / f"{TASK}.jsonl").read_text().splitlines()]
+    assert (line["id"], line["output"], line["review"]["decision"]) == (f"review-{item_id}", RIGHT, "corrected")
+    # an analyst writes them out for a commit: into a copy of the catalog here, once
+    analyst = make_catalog(tmp_path / "analyst")
+    shipped = shipped_lines(analyst)
+    args = ["review", "export", TASK, "--pool", "--home", str(home), "--tasks-dir", str(analyst)]
+    assert main(args) == 0 and main(args) == 0
+    assert shipped_lines(analyst) == [*shipped, line]
+    assert "0 reviewed line(s)" in capsys.readouterr().err
+    assert load_catalog(analyst).tasks[TASK].pool is not None
+    assert len(load_catalog(analyst, pools=home / "pools").tasks[TASK].pool or ()) == len(shipped) + 1  # once
+
+
 def _post_many(url: str, texts: list[str], acked: list[int], stop: threading.Event) -> None:
     def post(text: str) -> None:
         try:
@@ -389,3 +444,17 @@ def test_the_queue_survives_a_sigkill(tmp_path: Path, database_url: str | None, 
     ids = {i["id"] for i in listed}
     assert set(killed_with) <= ids, sorted(set(killed_with) - ids)  # every acknowledged item is there
     assert all(i["status"] == "pending" and i["text"].startswith("第") for i in listed)
+
+
+async def test_an_empty_answer_joins_the_pool_only_when_the_reviewer_says_the_text_holds_nothing(
+    sqlite_client: httpx.AsyncClient, engine: ScriptedEngine, root: Path
+) -> None:
+    nothing = dict.fromkeys(RIGHT)
+    before = pool_lines(root)
+    item_id = await queue(sqlite_client, engine)
+    refused = await sqlite_client.post(f"/review/{item_id}/correct", json={"data": nothing})
+    assert refused.status_code == 422 and '"nothing_found": true' in refused.json()["message"]
+    assert pool_lines(root) == before
+    done = await sqlite_client.post(f"/review/{item_id}/correct", json={"data": nothing, "nothing_found": True})
+    assert done.status_code == 200, done.text
+    assert pool_lines(root)[len(before) :] == [{"id": f"review-{item_id}", "text": TEXT, "output": nothing}]

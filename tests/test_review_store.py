@@ -215,15 +215,19 @@ def test_database_urls() -> None:
     assert "hunter2" not in repr(Settings.from_env({"EXTRACTOR_DATABASE_URL": "postgresql://u:hunter2@db/x"}))
 
 
+def line(item_id: int, text: str) -> dict[str, Any]:
+    return {"id": corrections.line_id(item_id), "text": text, "output": {"v": text}}
+
+
 def test_pool_append_keeps_every_line(tmp_path: Path) -> None:
-    pool = tmp_path / "examples" / "t.jsonl"
+    pool = tmp_path / "pools" / "t.jsonl"
     seed = [{"text": "a", "output": {"v": "a"}}]
-    assert corrections.append(pool, corrections.pool_line(7, "b", {"v": "b"}), seed=seed)
+    assert corrections.append(pool, line(7, "b"), seed=seed)
     assert [json.loads(line)["text"] for line in pool.read_text().splitlines()] == ["a", "b"]
-    assert not corrections.append(pool, corrections.pool_line(7, "b", {"v": "b"}), seed=seed)  # already there
+    assert not corrections.append(pool, line(7, "b"), seed=seed)  # already there
     with pool.open("a") as handle:
         handle.write('{"text": "c", "output": {"v": "c"}}')  # an editor left no newline at the end
-    assert corrections.append(pool, corrections.pool_line(70, "d", {"v": "d"}), seed=seed)  # 70 is not 7
+    assert corrections.append(pool, line(70, "d"), seed=seed)  # 70 is not 7
     lines = [json.loads(line) for line in pool.read_text().splitlines()]
     assert [line["text"] for line in lines] == ["a", "b", "c", "d"] and lines[-1]["id"] == "review-70"
 

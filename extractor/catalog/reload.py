@@ -45,61 +45,70 @@ class ReloadReport:
         return self.errors > 0
 
 
-def task_files(root: Path, name: str, adapter: Path | None = None) -> list[Path]:
-    """The files a task is built from, whether or not each exists now."""
+def task_files(root: Path, name: str, adapter: Path | None = None, pools: Path | None = None) -> list[Path]:
+    """The files a task is built from, whether or not each exists now (``pools``: the reviewers' pool's folder)."""
     files = [root / "schemas" / f"{name}.json"]
     files += [root / "prompts" / f"{name}{suffix}" for suffix in PROMPT_SUFFIXES]
     files.append(root / "examples" / f"{name}.jsonl")
     files.append((adapter or root / "adapters" / name) / _MANIFEST)
     files.append(calibration_path(root, name))  # `extractor calibrate`'s map
+    if pools is not None:
+        files.append(pools / f"{name}.jsonl")
     return files
 
 
-def fingerprint(root: Path, name: str, adapter: Path | None = None) -> str:
+def fingerprint(root: Path, name: str, adapter: Path | None = None, pools: Path | None = None) -> str:
     """A hash of the task's files as they are on disk now (a missing file counts as absent)."""
     digest = hashlib.sha256()
-    for path in task_files(root, name, adapter):
+    for path in task_files(root, name, adapter, pools):
         try:
             content = path.read_bytes()
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             continue
         except OSError as error:  # unreadable: hashed as such, the load reports it
             content = f"unreadable: {error}".encode()
-        digest.update(f"{path.relative_to(root).as_posix()}\0{len(content)}\0".encode())
+        where = path.relative_to(root).as_posix() if path.is_relative_to(root) else f"pools/{path.name}"
+        digest.update(f"{where}\0{len(content)}\0".encode())
         digest.update(content)
     return digest.hexdigest()[:VERSION_CHARS]
 
 
-def _load_versioned(path: Path, root: Path, backend: GrammarBackend) -> Task:
+def _load_versioned(path: Path, root: Path, backend: GrammarBackend, pools: Path | None) -> Task:
     """One task, stamped with the version of exactly the files it was built from."""
     name = path.stem
     for _ in range(_TRIES):
-        before = fingerprint(root, name)
-        task = load_task(path, root / "prompts", backend=backend, example_dir=root / "examples", root=root)
+        before = fingerprint(root, name, pools=pools)
+        task = load_task(path, root / "prompts", backend=backend, example_dir=root / "examples", root=root, pools=pools)
         adapter = task.adapter if task.adapter is not None and task.adapter != root / "adapters" / name else None
-        if fingerprint(root, name) == before:
-            return replace(task, version=fingerprint(root, name, adapter) if adapter else before)
+        if fingerprint(root, name, pools=pools) == before:
+            return replace(task, version=fingerprint(root, name, adapter, pools) if adapter else before)
     raise TaskError(str(path), "", "the task's files kept changing while it loaded; save them and reload")
 
 
-def load_catalog(root: Path, *, backend: GrammarBackend = "guidance") -> Catalog:
+def load_catalog(root: Path, *, backend: GrammarBackend = "guidance", pools: Path | None = None) -> Catalog:
     """:meth:`Catalog.load` with every task stamped with its version."""
-    catalog, _ = rebuild(None, root=root, backend=backend)
+    catalog, _ = rebuild(None, root=root, backend=backend, pools=pools)
     return catalog
 
 
 def rebuild(
-    previous: Catalog | None, *, root: Path | None = None, backend: GrammarBackend = "guidance"
+    previous: Catalog | None,
+    *,
+    root: Path | None = None,
+    backend: GrammarBackend = "guidance",
+    pools: Path | None = None,
 ) -> tuple[Catalog, ReloadReport]:
     """A new catalog from the files under ``root`` (default: ``previous.root``), and what changed.
 
     ``previous`` is only read: tasks whose files are unchanged are reused, and a task that now
     fails its checks keeps its previous good version (listed in ``stale`` with the error).
+    ``pools``: the reviewers' pools (default: ``previous.pools``).
     """
     started = time.perf_counter()
     root = root if root is not None else previous.root if previous is not None else Path()
+    pools = pools if pools is not None else previous.pools if previous is not None else None
     schema_dir = root / "schemas"
-    catalog = Catalog(root=root)
+    catalog = Catalog(root=root, pools=pools)
     old: Mapping[str, Task] = previous.tasks if previous is not None else {}
     if not schema_dir.is_dir():
         error = TaskError(str(schema_dir), "", "no schemas/ folder here (see --tasks-dir)")
@@ -114,11 +123,11 @@ def rebuild(
         kept = old.get(name)
         if kept is not None and previous is not None and name not in previous.stale:
             adapter = kept.adapter if kept.adapter != root / "adapters" / name else None
-            if kept.version and fingerprint(root, name, adapter) == kept.version:
+            if kept.version and fingerprint(root, name, adapter, pools) == kept.version:
                 catalog.tasks[name] = kept
                 continue
         try:
-            task = _load_versioned(path, root, backend)
+            task = _load_versioned(path, root, backend, pools)
         except TaskError as error:
             catalog.errors.append(error)
             if kept is not None:  # the last good version keeps serving

@@ -260,18 +260,22 @@ class Catalog:
     errors: list[TaskError] = field(default_factory=list)
     # Tasks serving their last good version after an edit that failed its checks (see extractor.catalog.reload).
     stale: dict[str, TaskError] = field(default_factory=dict)
+    # The reviewers' pools (``<task>.jsonl``, outside the catalog: Settings.pools_dir), merged after each task's.
+    pools: Path | None = None
 
     @classmethod
-    def load(cls, root: Path, *, backend: GrammarBackend = "guidance") -> Catalog:
-        """Load every ``schemas/<task>.json`` with its ``prompts/<task>.*`` under ``root``."""
-        catalog = cls(root=root)
+    def load(cls, root: Path, *, backend: GrammarBackend = "guidance", pools: Path | None = None) -> Catalog:
+        """Load every ``schemas/<task>.json`` with its ``prompts/<task>.*`` under ``root`` (pools: see ``pools``)."""
+        catalog = cls(root=root, pools=pools)
         schema_dir = root / "schemas"
         if not schema_dir.is_dir():
             catalog.errors.append(TaskError(str(schema_dir), "", "no schemas/ folder here (see --tasks-dir)"))
             return catalog
         for path in sorted(schema_dir.glob("*.json")):
             try:
-                task = load_task(path, root / "prompts", backend=backend, example_dir=root / "examples", root=root)
+                task = load_task(
+                    path, root / "prompts", backend=backend, example_dir=root / "examples", root=root, pools=pools
+                )
             except TaskError as error:
                 catalog.errors.append(error)
             else:
@@ -296,10 +300,12 @@ def load_task(
     backend: GrammarBackend = "guidance",
     example_dir: Path | None = None,
     root: Path | None = None,
+    pools: Path | None = None,
 ) -> Task:
     """Load and check one task; raise :class:`TaskError` naming the file and pointer.
 
     ``example_dir`` holds the optional pool ``<task>.jsonl``; its bad lines become warnings.
+    ``pools`` holds the reviewers' ``<task>.jsonl`` (under the home), merged after it, checked alike.
     ``root`` (the catalog's) holds adapters: ``adapters/<task>/`` or the ``adapter`` setting's folder.
     """
     name = schema_path.stem
@@ -318,9 +324,16 @@ def load_task(
     template, instruction_only = _compile_template(prompt_path)
     pool = None
     pool_path = example_dir / f"{name}.jsonl" if example_dir is not None else None
-    if pool_path is not None and pool_path.is_file():
+    reviewed = pools / f"{name}.jsonl" if pools is not None else None
+    if pool_path is not None and not pool_path.is_file() and reviewed is not None and reviewed.is_file():
+        pool_path, reviewed = reviewed, None  # no shipped pool: the reviewers' is the whole pool
+    elif pool_path is not None and pool_path.is_file():
         limits.check_inside(pool_path, catalog_root)
-        pool = load_pool(pool_path, validator=as_written[0], ungrounded=as_written[1])
+    else:
+        pool_path = None
+    if pool_path is not None:
+        also = (reviewed,) if reviewed is not None else ()
+        pool = load_pool(pool_path, validator=as_written[0], ungrounded=as_written[1], also=also)
         pool = replace(pool, examples=task_schema.wrap_examples(checked.prepared, pool.examples))
         warnings += [f"{p} (line left out)" for p in summarize(pool.problems)]
         if not len(pool):

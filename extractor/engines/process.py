@@ -11,7 +11,8 @@ process and talks to it over a local ZeroMQ socket: the prompt's token ids and t
 constraint and sampling, without the chat) go in, one :class:`Generation` (or a stream's texts)
 comes out. This process keeps the tokenizer, for counting prompts and making their ids once.
 
-The child dies with this process (it reads its stdin until the end), and a child that dies fails
+The child dies with this process (it reads its stdin until the end, and its lifeline guard kills
+it when this process is killed: :mod:`extractor.engines.lifeline`), and a child that dies fails
 every request in flight with :class:`~extractor.errors.EngineDeadError`.
 """
 
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from extractor.config import Settings
+from extractor.engines import lifeline
 from extractor.engines.base import Generation, GenerationRequest
 from extractor.engines.local import LocalModel
 from extractor.engines.loop import LoopThread
@@ -101,6 +103,7 @@ class ProcessEngine(LocalModel):
         with self._start_lock:
             if self._loop is not None:
                 return
+            lifeline.claim(self._settings.home)  # the child and its vLLM's processes die with this one
             self._load_tokenizer()
             self._folder = tempfile.TemporaryDirectory(prefix="extractor-engine-")
             loop = LoopThread("extractor-vllm-link")
@@ -309,6 +312,7 @@ def _answer(kind: str, detail: Any) -> Generation:
 
 def _main(address: str) -> None:
     """The child: load vLLM (``VLLMEngine``), then answer the parent's requests until told to stop."""
+    lifeline.watch()  # dies with the service even when this process is busy or stuck
     settings, share = pickle.load(sys.stdin.buffer)
     engine = VLLMEngine(settings, share=share)
     engine.places_tokens = False  # the parent places the tokens: this loop only feeds vLLM

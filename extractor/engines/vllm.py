@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from extractor.config import Settings
-from extractor.engines import memory, priority, vllm_ahead, vllm_checks, vllm_masks, vllm_proposer
+from extractor.engines import lifeline, main_guard, memory, priority, vllm_ahead, vllm_checks, vllm_masks, vllm_proposer
 from extractor.engines.base import Generation, GenerationRequest
 from extractor.engines.local import LocalModel
 from extractor.engines.loop import LoopThread
@@ -134,6 +134,8 @@ class VLLMEngine(LocalModel):
         with self._start_lock:
             if self._llm is not None:
                 return
+            main_guard.check(cuda=has_cuda())  # before vLLM spawns a process that cannot import the main program
+            lifeline.claim(self._settings.home)  # vLLM's processes die with this one, however it dies
             self._load_tokenizer()
             loop = LoopThread("extractor-vllm")
             try:

@@ -1,15 +1,17 @@
-"""Example pools: ``examples/<task>.jsonl`` beside ``schemas/`` and ``prompts/``, checked line by line.
+"""Example pools: ``examples/<task>.jsonl`` (and the reviewers' pool after it), checked line by line.
 
-Each line is ``{"text": ..., "output": ...}`` with an optional ``"id"``. A line is kept when its
-output validates against the task's schema and every grounded string of it occurs in its text
-(as written or normalized: a demonstration must copy, never paraphrase). Other lines are
-reported with file and line number and left out; the rest of the pool keeps working.
+The catalog's pool sits beside ``schemas/`` and ``prompts/``; the reviewers' pool under the home
+(``extractor.review.corrections``) is merged after it. Each line is ``{"text": ..., "output":
+...}`` with an optional ``"id"`` and ``"review"`` (who decided a reviewed line, and when). A line
+is kept when its output validates against the task's schema and every grounded string of it
+occurs in its text (as written or normalized: a demonstration must copy, never paraphrase). Other
+lines are reported with file and line number and left out; the rest of the pool keeps working.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from extractor import grounding
 from extractor.examples.lexicon import Lexicon
 from extractor.examples.selection import Selector
 
+LINE_KEYS = frozenset({"text", "output", "id", "review"})
 # Bounds that keep load time and memory predictable; past them the line is reported.
 MAX_POOL_LINES = 100_000
 MAX_TEXT_CHARS = 4_000
@@ -71,7 +74,12 @@ class ExamplePool:
 
 
 def load_pool(
-    path: Path, *, validator: Validator, ungrounded: frozenset[str], limit: int = MAX_POOL_LINES
+    path: Path,
+    *,
+    validator: Validator,
+    ungrounded: frozenset[str],
+    limit: int = MAX_POOL_LINES,
+    also: Sequence[Path] = (),
 ) -> ExamplePool:
     """Read and check ``path``; bad lines become ``problems`` (``file:line: why``), never an exception.
 
@@ -79,32 +87,52 @@ def load_pool(
         path: The pool file (JSON Lines).
         validator: The task schema's validator.
         ungrounded: Field paths exempt from grounding (``"x-grounded": false``).
-        limit: Lines past this many are not read (reported once).
+        limit: Lines past this many are not read (reported once), over all the files.
+        also: More pool files merged after ``path`` (the reviewers' pool under the home); those
+            missing are skipped, and a line whose ``id`` an earlier line holds is left out.
 
     """
     examples: list[Example] = []
     problems: list[str] = []
+    ids: set[str] = set()
+    for number, (source, raw) in enumerate(_lines((path, *also), problems, required=path), start=1):
+        if number > limit:
+            problems.append(f"{source}: the pool holds more than {limit} lines; the rest is not read")
+            break
+        try:
+            example = check_line(raw, validator=validator, ungrounded=ungrounded)
+        except ValueError as error:
+            problems.append(f"{source}: {error}")
+            continue
+        if example.id is not None:
+            key = json.dumps(example.id, sort_keys=True)
+            if key in ids:
+                continue  # a reviewed line an analyst has committed since: it counts once
+            ids.add(key)
+        examples.append(example)
     texts: dict[str, int] = {}
-    try:
-        handle = path.open("rb")
-    except OSError as error:
-        return ExamplePool(path, (), Selector([]), (f"{path}: cannot read the pool: {error}",))
-    with handle:
-        for number, raw in enumerate(handle, start=1):
-            if number > limit:
-                problems.append(f"{path}:{number}: the pool holds more than {limit} lines; the rest is not read")
-                break
-            if not raw.strip():
-                continue
-            try:
-                example = check_line(raw, validator=validator, ungrounded=ungrounded)
-            except ValueError as error:
-                problems.append(f"{path}:{number}: {error}")
-                continue
-            texts.setdefault(example.text.strip(), len(examples))
-            examples.append(example)
+    for index, example in enumerate(examples):
+        texts.setdefault(example.text.strip(), index)
     lexicon = Lexicon.build((e.output for e in examples), skip=ungrounded)
     return ExamplePool(path, tuple(examples), Selector([e.text for e in examples]), tuple(problems), texts, lexicon)
+
+
+def _lines(paths: Sequence[Path], problems: list[str], *, required: Path) -> Iterator[tuple[str, bytes]]:
+    """The non-blank lines of ``paths`` as ``(file:line, line)``; a file that cannot be read is a problem."""
+    for path in paths:
+        try:
+            handle = path.open("rb")
+        except FileNotFoundError:
+            if path == required:
+                problems.append(f"{path}: cannot read the pool: no such file")
+            continue
+        except OSError as error:
+            problems.append(f"{path}: cannot read the pool: {error}")
+            continue
+        with handle:
+            for number, raw in enumerate(handle, start=1):
+                if raw.strip():
+                    yield f"{path}:{number}", raw
 
 
 def check_line(raw: bytes | str, *, validator: Validator, ungrounded: frozenset[str]) -> Example:
@@ -115,9 +143,12 @@ def check_line(raw: bytes | str, *, validator: Validator, ungrounded: frozenset[
         raise ValueError(f"invalid JSON or UTF-8: {error}") from None
     if not isinstance(value, dict):
         raise ValueError('expected a JSON object {"text": ..., "output": {...}}')
-    unknown = sorted(set(value) - {"text", "output", "id"})
+    unknown = sorted(set(value) - LINE_KEYS)
     if unknown:
-        raise ValueError(f"unknown key(s) {', '.join(map(repr, unknown))}; a line holds text, output and id")
+        raise ValueError(f"unknown key(s) {', '.join(map(repr, unknown))}; a line holds text, output, id and review")
+    review = value.get("review")
+    if review is not None and not isinstance(review, dict):
+        raise ValueError("'review' must be a JSON object (who decided, when)")
     text, output = value.get("text"), value.get("output")
     if not isinstance(text, str) or not text.strip():
         raise ValueError("'text' must be a non-empty string")

@@ -1,14 +1,19 @@
-"""Corrections into the task's example pool: checked like every pool line, appended without losing a line.
+"""Corrections into the reviewers' pool: checked like every pool line, appended without losing a line.
 
 An accepted or corrected item becomes the pool line ``{"id": "review-<id>", "text": ..., "output":
-...}`` of ``examples/<task>.jsonl``. Before the decision is recorded, the answer is checked as a
+..., "review": {"decision": ..., "by": ..., "at": ...}}`` of ``<home>/pools/<task>.jsonl``
+(``Settings.pools_dir``), never of the catalog's ``examples/``: the source tree stays as the analyst
+committed it, and the catalog merges the reviewers' pool after the shipped one at load
+(:func:`extractor.examples.pool.load_pool`). ``extractor review export TASK --pool`` writes the
+lines out for an analyst to commit. Before the decision is recorded, the answer is checked as a
 pool line is at load (:func:`extractor.examples.pool.check_output`: valid against the task's
 schema, every grounded string found in the text), so a bad correction is refused with what to fix
 instead of being left out at the next load. The line is appended under an exclusive lock (two
 server processes may append to one pool), after a newline if the file does not end with one,
 and fsynced; a line whose id is already there is not written twice (a decision retried after a
-failed commit). A pool created by the first correction starts with the task's fixed worked
-examples, so the requests that showed them still see them once the pool takes over.
+failed commit). For a task without a shipped pool, the reviewers' pool created by the first
+correction starts with the task's fixed worked examples, so the requests that showed them still
+see them once the pool takes over.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +29,27 @@ from extractor.catalog.tasks import Task
 from extractor.errors import CorrectionError, ReviewStoreError
 from extractor.examples.pool import MAX_TEXT_CHARS, check_output
 from extractor.jobs.journal import fsync_dir
+from extractor.review.store import ReviewItem
 
 POOL_ID_PREFIX = "review-"
 
 
-def check(task: Task, text: str, data: Any, *, item_id: int, corrected: bool) -> None:
-    """Refuse (:class:`CorrectionError`) an answer that could not be a pool line of ``task`` for ``text``."""
+def check(task: Task, text: str, data: Any, *, item_id: int, corrected: bool, nothing_found: bool = False) -> None:
+    """Refuse (:class:`CorrectionError`) an answer that could not be a pool line of ``task`` for ``text``.
+
+    Beyond the pool's own checks, an answer without any value is refused unless the reviewer
+    confirms (``nothing_found``) that the text holds nothing to extract: an empty answer teaches the
+    model to find nothing, so it needs a person's word, not a click through.
+    """
     output = {task.wrapped: data} if task.wrapped is not None else data
     try:
         if not isinstance(output, dict):
             raise ValueError("/data: must be a JSON object shaped like the task's answer")
+        if not nothing_found and empty(data):
+            raise ValueError(
+                "/data: holds no value (every field null or empty); if the text really holds none, "
+                'say so with "nothing_found": true'
+            )
         check_output(text, output, validator=task.validator, ungrounded=task.ungrounded, where="/data")
     except ValueError as error:
         # A wrapped top level is checked as decoded ({"value": ...}): name the path as the reviewer wrote it.
@@ -48,6 +65,15 @@ def check(task: Task, text: str, data: Any, *, item_id: int, corrected: bool) ->
         ) from None
 
 
+def empty(value: Any) -> bool:
+    """Whether ``value`` holds no value at all: null, an empty string, list or object, or only such."""
+    if isinstance(value, dict):
+        return all(empty(v) for v in value.values())
+    if isinstance(value, list):
+        return all(empty(v) for v in value)
+    return value is None or value == ""
+
+
 def poolable(text: str) -> str | None:
     """Why ``text`` cannot be a pool example (too long to show as one), or None when it can."""
     if len(text) > MAX_TEXT_CHARS:
@@ -55,9 +81,9 @@ def poolable(text: str) -> str | None:
     return None
 
 
-def pool_path(root: Path, task: str) -> Path:
-    """The task's pool file under the catalog root (the name is a loaded task's: it matches TASK_NAME)."""
-    return root / "examples" / f"{task}.jsonl"
+def pool_path(pools: Path, task: str) -> Path:
+    """The task's reviewers' pool file (the name is a loaded task's: it matches TASK_NAME)."""
+    return pools / f"{task}.jsonl"
 
 
 def line_id(item_id: int) -> str:
@@ -65,9 +91,11 @@ def line_id(item_id: int) -> str:
     return f"{POOL_ID_PREFIX}{item_id}"
 
 
-def pool_line(item_id: int, text: str, data: Any) -> dict[str, Any]:
-    """The pool line an item becomes."""
-    return {"id": line_id(item_id), "text": text, "output": data}
+def pool_line(item: ReviewItem) -> dict[str, Any]:
+    """The pool line a decided item becomes: its answer, and who decided it and when."""
+    at = item.reviewed_at.astimezone(UTC).isoformat(timespec="seconds") if item.reviewed_at else None
+    review = {"decision": item.status, "by": item.reviewer, "at": at}
+    return {"id": line_id(item.id), "text": item.text, "output": item.answer, "review": review}
 
 
 def seed_lines(task: Task) -> list[dict[str, Any]]:

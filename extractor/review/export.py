@@ -1,4 +1,9 @@
-"""Decided items as a gold file (``extractor review export``), in the format ``extractor eval`` reads.
+"""Decided items out of the service: a gold file ``extractor eval`` reads, or the reviewers' pool for a commit.
+
+``extractor review export TASK --pool`` copies the lines of the reviewers' pool
+(``<home>/pools/<task>.jsonl``) that the catalog's ``examples/<task>.jsonl`` lacks into it, who
+decided and when included, for an analyst to read and commit (:func:`append_pool`); the service
+itself never writes there.
 
 Each accepted or corrected item becomes ``{"id": "review-<id>", "task": ..., "text": ...,
 "expected": <data>}`` (:mod:`extractor.jobs.gold`): the correction, or the accepted result's data.
@@ -15,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from extractor.jobs.journal import write_atomic
-from extractor.review.corrections import line_id
+from extractor.review.corrections import append, line_id
 from extractor.review.store import ReviewItem
 
 
@@ -47,3 +52,18 @@ def write_gold(path: Path, items: Iterable[ReviewItem]) -> Exported:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, "".join(lines))
     return Exported(written=len(lines), skipped=skipped)
+
+
+def append_pool(reviewed: Path, shipped: Path) -> Exported:
+    """Append to ``shipped`` each line of ``reviewed`` whose id it lacks (``skipped``: those already there)."""
+    written = skipped = 0
+    lines = reviewed.read_text(encoding="utf-8").splitlines() if reviewed.is_file() else []
+    for raw in lines:
+        if not raw.strip():
+            continue
+        line = json.loads(raw)
+        if "id" in line and append(shipped, line, seed=[]):
+            written += 1
+        else:
+            skipped += 1
+    return Exported(written=written, skipped=skipped)

@@ -1,12 +1,23 @@
-"""Who may call the service: optional API keys (Bearer), CORS only when configured, a warning when exposed.
+"""Who may call the service, and what each key may do: API keys (Bearer) with scopes, CORS when configured.
 
-- Keys come from ``EXTRACTOR_API_KEYS`` (comma-separated) and/or ``EXTRACTOR_API_KEYS_FILE`` (one
-  per line, ``#`` comments). With none, the service is open (the default bind is 127.0.0.1).
+- Keys come from ``EXTRACTOR_API_KEYS`` (comma-separated entries) and/or ``EXTRACTOR_API_KEYS_FILE``
+  (an entry a line, ``#`` comments). An entry is the key, then optionally ``name=NAME`` and
+  ``scopes=SCOPE+SCOPE`` (``+`` or ``,`` in a file), separated by spaces:
+  ``k-3f9a... name=ann scopes=review``. A key without ``scopes=`` has every scope; without
+  ``name=``, its name is ``key:`` and the first 12 hex digits of its SHA-256.
+- Scopes (:data:`SCOPES`): ``extract`` for ``/extract``, ``/v1``, ``/chat``, ``/documents`` and
+  reading ``/tasks``; ``review`` for the review queue (reading it and deciding); ``admin`` for
+  ``POST /tasks/reload`` and any other write to tasks. Other routes (``/metrics``, the OpenAPI
+  document) take any valid key.
 - With keys, every route but ``/healthz`` and ``/readyz`` (and ``/metrics`` with
   ``EXTRACTOR_METRICS_OPEN``) needs ``Authorization: Bearer KEY``, else 401 with
-  ``WWW-Authenticate: Bearer``. The check runs before the body is read.
+  ``WWW-Authenticate: Bearer``; a valid key without the route's scope gets 403 naming the scope.
+  The check runs before the body is read. The key's name is the request's ``api_key`` state
+  (the review queue records it as the decision's reviewer).
 - Keys are compared in constant time (SHA-256 digests through :func:`hmac.compare_digest`, every
-  key every time) and never logged: settings hide them from ``repr``, the 401 never echoes them.
+  key every time) and never logged: settings hide them from ``repr``, a 401 or 403 never echoes them.
+- With no key the service is open to whoever reaches it, every scope included (the default bind
+  is 127.0.0.1: the users of this machine).
 - CORS is off unless ``EXTRACTOR_CORS_ORIGINS`` names origins.
 """
 
@@ -17,6 +28,7 @@ import hmac
 import ipaddress
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,19 +42,77 @@ from extractor.errors import ConfigError
 
 ALWAYS_OPEN = frozenset({"/healthz", "/readyz"})
 CHALLENGE = 'Bearer realm="extractor"'
+SCOPES = ("extract", "review", "admin")
 log = logging.getLogger(__name__)
 
 
-def api_keys(settings: Settings) -> tuple[str, ...]:
-    """Every configured key: ``api_keys`` (comma-separated), then the lines of ``api_keys_file``."""
-    keys = [k.strip() for k in (settings.api_keys or "").split(",")]
+@dataclass(frozen=True)
+class ApiKey:
+    """One configured key: its name (what the logs and the review queue show), the key, its scopes."""
+
+    name: str
+    key: str = field(repr=False)
+    scopes: frozenset[str] = frozenset(SCOPES)
+
+
+def parse_key(entry: str, *, where: str) -> ApiKey:
+    """One entry (``KEY [name=NAME] [scopes=A+B]``) as an :class:`ApiKey`; ``ConfigError`` names ``where``."""
+    key, *options = entry.split()
+    name = "key:" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:12]
+    scopes = frozenset(SCOPES)
+    for option in options:
+        label, _, value = option.partition("=")
+        if label == "name" and value:
+            name = value
+        elif label == "scopes":
+            scopes = frozenset(s for s in value.replace(",", "+").split("+") if s)
+            unknown = sorted(scopes - set(SCOPES))
+            if unknown or not scopes:
+                raise ConfigError(
+                    f"{where}: scopes {', '.join(unknown) or '(none)'} not known; give some of {', '.join(SCOPES)}, "
+                    "joined by '+'"
+                )
+        else:  # never echo the entry: it holds the key
+            raise ConfigError(f"{where}: {label!r} is not an option of a key; write `KEY name=NAME scopes=A+B`")
+    return ApiKey(name=name, key=key, scopes=scopes)
+
+
+def configured_keys(settings: Settings) -> tuple[ApiKey, ...]:
+    """Every configured key: ``api_keys`` (comma-separated entries), then the lines of ``api_keys_file``."""
+    found: list[ApiKey] = []
+    entries = [e.strip() for e in (settings.api_keys or "").split(",")]
+    for number, entry in enumerate(entries, start=1):
+        if entry:
+            found.append(parse_key(entry, where=f"EXTRACTOR_API_KEYS: entry {number}"))
     if settings.api_keys_file:
         try:
             lines = Path(settings.api_keys_file).expanduser().read_text(encoding="utf-8").splitlines()
         except (OSError, UnicodeDecodeError) as error:
             raise ConfigError(f"EXTRACTOR_API_KEYS_FILE: cannot read {settings.api_keys_file}: {error}") from None
-        keys += [line.strip() for line in lines if not line.strip().startswith("#")]
-    return tuple(k for k in keys if k)
+        for number, line in enumerate(lines, start=1):
+            if line.strip() and not line.strip().startswith("#"):
+                found.append(parse_key(line.strip(), where=f"{settings.api_keys_file}:{number}"))
+    names = [k.name for k in found]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ConfigError(f"API keys: the name {twice[0]!r} is given to more than one key; name each key once")
+    return tuple(found)
+
+
+def api_keys(settings: Settings) -> tuple[str, ...]:
+    """Every configured key itself (see :func:`configured_keys`)."""
+    return tuple(k.key for k in configured_keys(settings))
+
+
+def needed_scope(method: str, path: str) -> str | None:
+    """The scope a request needs (None: any valid key)."""
+    if path.startswith(("/extract/", "/v1/", "/documents/")) or path == "/chat":
+        return "extract"
+    if path == "/review" or path.startswith("/review/"):
+        return "review"
+    if path == "/tasks" or path.startswith("/tasks/"):
+        return "extract" if method in ("GET", "HEAD") else "admin"
+    return None
 
 
 def _digest(value: bytes) -> bytes:
@@ -50,43 +120,64 @@ def _digest(value: bytes) -> bytes:
 
 
 class ApiKeyGate:
-    """ASGI middleware: a request to a closed path without a valid Bearer key gets 401."""
+    """ASGI middleware: a closed path needs a valid Bearer key (else 401) with the path's scope (else 403)."""
 
-    def __init__(self, app: ASGIApp, *, keys: Iterable[str], open_paths: frozenset[str]) -> None:
+    def __init__(self, app: ASGIApp, *, keys: Iterable[ApiKey | str], open_paths: frozenset[str]) -> None:
         self.app = app
-        self._digests = tuple(_digest(k.encode("utf-8")) for k in keys)
+        self._keys = tuple(parse_key(k, where="a key") if isinstance(k, str) else k for k in keys)
+        self._digests = tuple(_digest(k.key.encode("utf-8")) for k in self._keys)
         self.open_paths = open_paths
 
-    def allowed(self, authorization: bytes | None) -> bool:
-        """Whether the header carries one of the keys; the same work whatever it holds."""
+    def matching(self, authorization: bytes | None) -> ApiKey | None:
+        """The key the header carries, or None; the same work whatever it holds."""
         scheme, _, token = (authorization or b"").partition(b" ")
         presented = _digest(token.strip())
-        matched = False
-        for digest in self._digests:  # no early exit: the time says nothing about which key, or how close
-            matched |= hmac.compare_digest(presented, digest)
-        return matched and scheme.lower() == b"bearer"
+        found: ApiKey | None = None
+        for key, digest in zip(self._keys, self._digests, strict=True):
+            # no early exit: the time says nothing about which key, or how close
+            if hmac.compare_digest(presented, digest):
+                found = key
+        return found if scheme.lower() == b"bearer" else None
+
+    def allowed(self, authorization: bytes | None) -> bool:
+        """Whether the header carries one of the keys."""
+        return self.matching(authorization) is not None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in self.open_paths:
             await self.app(scope, receive, send)
             return
         headers: dict[bytes, bytes] = dict(scope["headers"])
-        if self.allowed(headers.get(b"authorization")):
-            await self.app(scope, receive, send)
+        key = self.matching(headers.get(b"authorization"))
+        if key is None:
+            await _refuse(scope, receive, send, given=b"authorization" in headers)
             return
-        given = b"authorization" in headers
-        body = {
-            "error": "unauthorized",
-            "message": "a valid API key is needed: send `Authorization: Bearer <key>`"
-            + (" (the key given is not one of them)" if given else ""),
-        }
-        challenge = CHALLENGE + (', error="invalid_token"' if given else "")
-        await JSONResponse(body, status_code=401, headers={"www-authenticate": challenge})(scope, receive, send)
+        needed = needed_scope(scope["method"], scope["path"])
+        if needed is not None and needed not in key.scopes:
+            body = {
+                "error": "forbidden",
+                "message": f"the key {key.name!r} lacks the scope {needed!r} that {scope['method']} {scope['path']} "
+                f"needs (it has: {', '.join(sorted(key.scopes))}); use a key with {needed!r}",
+            }
+            await JSONResponse(body, status_code=403)(scope, receive, send)
+            return
+        scope.setdefault("state", {})["api_key"] = key.name
+        await self.app(scope, receive, send)
+
+
+async def _refuse(scope: Scope, receive: Receive, send: Send, *, given: bool) -> None:
+    body = {
+        "error": "unauthorized",
+        "message": "a valid API key is needed: send `Authorization: Bearer <key>`"
+        + (" (the key given is not one of them)" if given else ""),
+    }
+    challenge = CHALLENGE + (', error="invalid_token"' if given else "")
+    await JSONResponse(body, status_code=401, headers={"www-authenticate": challenge})(scope, receive, send)
 
 
 def install(app: FastAPI, settings: Settings) -> None:
     """Add the key gate (when keys are set) and CORS (when origins are set) to ``app``, outermost."""
-    keys = api_keys(settings)
+    keys = configured_keys(settings)
     if keys:
         open_paths = ALWAYS_OPEN | ({"/metrics"} if settings.metrics_open else set())
         if settings.playground:  # the page itself (no data): a browser cannot send a key before it has the page
@@ -116,15 +207,17 @@ def _document(app: FastAPI, open_paths: frozenset[str]) -> None:
         schemes = document.setdefault("components", {}).setdefault("securitySchemes", {})
         schemes["bearer"] = {"type": "http", "scheme": "bearer"}
         for path, operations in document.get("paths", {}).items():
-            for operation in operations.values():
+            for method, operation in operations.items():
                 if path in open_paths:
                     operation["security"] = []
                     continue
                 operation["security"] = [{"bearer": []}]
-                operation.setdefault("responses", {})["401"] = {
-                    "description": "no valid API key (see WWW-Authenticate)",
-                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}},
-                }
+                error = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}
+                responses = operation.setdefault("responses", {})
+                responses["401"] = {"description": "no valid API key (see WWW-Authenticate)", "content": error}
+                needed = needed_scope(method.upper(), path)
+                if needed is not None:
+                    responses["403"] = {"description": f"the key lacks the scope {needed!r}", "content": error}
         app.openapi_schema = document
         return document
 

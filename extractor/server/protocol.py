@@ -319,6 +319,11 @@ class DecisionRequest(BaseModel):
     version: ItemVersion | None = Field(
         default=None, description="the item's version the decision was made on: 409 if it changed since"
     )
+    nothing_found: bool = Field(
+        default=False,
+        description="the reviewer confirms that the text holds none of the task's values: only then may an "
+        "answer without any value (every field null or empty) join the pool",
+    )
 
 
 class CorrectionRequest(DecisionRequest):
@@ -330,7 +335,7 @@ class CorrectionRequest(DecisionRequest):
 class PoolWriteOut(BaseModel):
     """Where an accepted or corrected item went: a line of the task's example pool."""
 
-    file: str = Field(description="the pool file, relative to the catalog root")
+    file: str = Field(description="the reviewers' pool file, relative to EXTRACTOR_HOME (pools/<task>.jsonl)")
     line_id: str = Field(description="the line's id in the pool")
     task_version: str = Field(description="the task's version once the catalog reloaded with the line")
 

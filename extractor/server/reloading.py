@@ -70,7 +70,7 @@ class CatalogReloader:
             settings = self.extractor.settings
             previous = self.extractor.catalog
             catalog, report = await asyncio.to_thread(
-                rebuild, previous, root=settings.tasks_dir, backend=settings.grammar_backend
+                rebuild, previous, root=settings.tasks_dir, backend=settings.grammar_backend, pools=settings.pools_dir
             )
             self.extractor.catalog = catalog  # the swap: requests read this reference once, at their start
             self.generation += 1
@@ -127,9 +127,10 @@ class CatalogReloader:
             self._watch = None
 
     def watched(self) -> list[Path]:
-        """The catalog folders that exist (a folder created later is seen by a reload, not the watcher)."""
-        root = self.extractor.settings.tasks_dir
-        return [root / name for name in WATCHED if (root / name).is_dir()]
+        """The catalog folders that exist, and the reviewers' pools (a folder created later is seen by a reload)."""
+        settings = self.extractor.settings
+        folders = [settings.tasks_dir / name for name in WATCHED] + [settings.pools_dir]
+        return [folder for folder in folders if folder.is_dir()]
 
     async def _watch_files(self) -> None:
         folders = self.watched()

@@ -7,7 +7,6 @@ digits of its SHA-256: it names the key without revealing it), else nobody.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
@@ -46,14 +45,16 @@ def _desk(request: Request) -> ReviewDesk:
 
 
 def reviewer(request: Request) -> str | None:
-    """Who is deciding: the ``X-Reviewer`` header, else the API key's fingerprint, else None."""
+    """Who is deciding: the API key's name (the ``X-Reviewer`` header after it), else the header, else None.
+
+    With keys the name is the one the key gate vouched for (``extractor.server.access``); the header,
+    which anyone may send, only adds to it.
+    """
     named = "".join(c for c in request.headers.get(REVIEWER_HEADER, "") if c.isprintable()).strip()
-    if named:
-        return named[:_MAX_REVIEWER]
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() == "bearer" and token.strip():
-        return "key:" + hashlib.sha256(token.strip().encode("utf-8")).hexdigest()[:12]
-    return None
+    key: str | None = getattr(request.state, "api_key", None)
+    if key is not None:
+        return (f"{key} ({named})" if named else key)[:_MAX_REVIEWER]
+    return named[:_MAX_REVIEWER] or None
 
 
 def _out(item: ReviewItem) -> ReviewItemOut:
@@ -96,7 +97,10 @@ async def _decide(
     request: Request, item_id: int, decision: Decision, body: DecisionRequest | None, data: Any = None
 ) -> DecisionOut:
     version = body.version if body is not None else None
-    done = await _desk(request).decide(item_id, decision, reviewer=reviewer(request), data=data, version=version)
+    nothing = body.nothing_found if body is not None else False
+    done = await _desk(request).decide(
+        item_id, decision, reviewer=reviewer(request), data=data, version=version, nothing_found=nothing
+    )
     return _decided(done)
 
 

@@ -3,8 +3,9 @@
 A decision on an item, in order: the item is read (404); a decision on an item no longer pending
 is a 409; an accepted result or a correction is checked as a pool line of the task as it serves
 now (422 naming what to fix); then the decision is recorded, atomically, and, inside the same
-database transaction, the item is appended to ``examples/<task>.jsonl`` (a failed write rolls
-the decision back); last, the catalog reloads through the service's reloader, so the task's
+database transaction, the item is appended to the reviewers' pool ``<home>/pools/<task>.jsonl``
+with who decided and when (a failed write rolls the decision back; the catalog's files are never
+written); last, the catalog reloads through the service's reloader, so the task's
 version changes and the next request can retrieve the new example. A rejected item touches no
 file.
 """
@@ -73,7 +74,14 @@ class ReviewDesk:
         return await asyncio.to_thread(self.store.get, item_id)
 
     async def decide(
-        self, item_id: int, decision: Decision, *, reviewer: str | None, data: Any = None, version: int | None = None
+        self,
+        item_id: int,
+        decision: Decision,
+        *,
+        reviewer: str | None,
+        data: Any = None,
+        version: int | None = None,
+        nothing_found: bool = False,
     ) -> Decided:
         """Accept, correct or reject an item; accepted and corrected ones join the task's pool at once."""
         item = await self.get(item_id)
@@ -84,15 +92,18 @@ class ReviewDesk:
             return Decided(decided)
         task = self._task(item)
         answer = data if decision == "correct" else item.result.get("data")
-        corrections.check(task, item.text, answer, item_id=item_id, corrected=decision == "correct")
+        corrections.check(
+            task, item.text, answer, item_id=item_id, corrected=decision == "correct", nothing_found=nothing_found
+        )
         note = corrections.poolable(item.text)
-        root = self.service.settings.tasks_dir
-        path = corrections.pool_path(root, task.name) if note is None else None
-        seed = corrections.seed_lines(task)
+        settings = self.service.settings
+        path = corrections.pool_path(settings.pools_dir, task.name) if note is None else None
+        shipped = (settings.tasks_dir / "examples" / f"{task.name}.jsonl").is_file()
+        seed = [] if shipped else corrections.seed_lines(task)
 
         def write(won: ReviewItem) -> None:  # inside the decision's transaction
             if path is not None:
-                corrections.append(path, corrections.pool_line(won.id, won.text, won.answer), seed=seed)
+                corrections.append(path, corrections.pool_line(won), seed=seed)
 
         decided = await asyncio.to_thread(
             self.store.decide,
@@ -108,7 +119,7 @@ class ReviewDesk:
         await self.reloader.reload("review")
         now = self.service.extractor.catalog.tasks.get(task.name)
         written = PoolWrite(
-            file=_relative(path, root),
+            file=_relative(path, settings.home),
             line_id=corrections.line_id(decided.id),
             task_version=now.version if now is not None else "",
         )
