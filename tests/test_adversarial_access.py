@@ -249,3 +249,13 @@ def test_key_entries_name_what_is_wrong(tmp_path: Path) -> None:
         configured_keys(Settings.from_env({"EXTRACTOR_API_KEYS_FILE": str(path)}))
     with pytest.raises(ConfigError, match="'ann' is given to more than one key"):
         configured_keys(Settings.from_env({"EXTRACTOR_API_KEYS": "k-1 name=ann, k-2 name=ann"}))
+
+
+async def test_mcp_needs_the_extract_scope(catalog: Catalog, tmp_path: Path, engine: ScriptedEngine) -> None:
+    extractor = keyed(catalog, tmp_path, engine, api_keys=SCOPED)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    async for c in client_for(extractor):
+        refused = await c.post("/mcp", headers={"authorization": f"Bearer {REVIEW}"}, json=body)
+        assert refused.status_code == 403 and "lacks the scope 'extract'" in refused.json()["message"]
+        allowed = await c.post("/mcp", headers={"authorization": f"Bearer {EXTRACT}"}, json=body)
+        assert allowed.status_code not in (401, 403), allowed.text

@@ -5,7 +5,7 @@
   ``scopes=SCOPE+SCOPE`` (``+`` or ``,`` in a file), separated by spaces:
   ``k-3f9a... name=ann scopes=review``. A key without ``scopes=`` has every scope; without
   ``name=``, its name is ``key:`` and the first 12 hex digits of its SHA-256.
-- Scopes (:data:`SCOPES`): ``extract`` for ``/extract``, ``/v1``, ``/chat``, ``/documents`` and
+- Scopes (:data:`SCOPES`): ``extract`` for ``/extract``, ``/v1``, ``/chat``, ``/mcp``, ``/documents`` and
   reading ``/tasks``; ``review`` for the review queue (reading it and deciding); ``admin`` for
   ``POST /tasks/reload`` and any other write to tasks. Other routes (``/metrics``, the OpenAPI
   document) take any valid key.
@@ -106,7 +106,7 @@ def api_keys(settings: Settings) -> tuple[str, ...]:
 
 def needed_scope(method: str, path: str) -> str | None:
     """The scope a request needs (None: any valid key)."""
-    if path.startswith(("/extract/", "/v1/", "/documents/")) or path == "/chat":
+    if path.startswith(("/extract/", "/v1/", "/documents/", "/mcp/")) or path in ("/chat", "/mcp"):
         return "extract"
     if path == "/review" or path.startswith("/review/"):
         return "review"
