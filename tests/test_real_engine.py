@@ -205,3 +205,41 @@ def test_extractor_chat_on_the_real_engine_like_the_seeds_client(real_extractor:
         assert remembered.prompt_tokens > alone.prompt_tokens and remembered.text.strip()
 
     asyncio.run(run())
+
+
+TYPED_PHRASINGS = [  # (type, x-extractor, text, the typed value): bench/results/typed_phrasings.md has all 86
+    ("date", {}, "Please note: May 20, 2014. Thank you.", "2014-05-20"),
+    ("date", {}, "Please note: tomorrow. Thank you.", "2026-12-06"),
+    ("date", {}, "请注意：2014年5月20日。", "2014-05-20"),
+    ("duration", {}, "Please note: three (3) years. Thank you.", "P3Y"),
+    ("number", {"currency": "required"}, "请注意：1200元。", 1200),
+    ("number", {}, "Please note: 12.5 %. Thank you.", 0.125),
+    ("time", {}, "Please note: 3:30 pm. Thank you.", "15:30:00"),
+]
+
+
+def test_typed_values_come_with_their_evidence(real_extractor: Extractor) -> None:
+    import datetime
+
+    from extractor.catalog.tasks import Task, task_from_schema
+    from extractor.pipeline import Options
+
+    def task(kind: str, settings: dict[str, object]) -> Task:
+        node: dict[str, object] = {"type": kind} if kind == "number" else {"type": "string", "format": kind}
+        node["description"] = f"the {kind} the text states"
+        if settings:
+            node["x-extractor"] = settings
+        schema = {"type": "object", "properties": {"value": node}, "required": ["value"]}
+        return task_from_schema(f"typed_{kind}", schema, where="test")
+
+    async def run_all() -> list[ExtractionResult | BaseException]:
+        options = Options(reference_date=datetime.date(2026, 12, 5))
+        calls = [real_extractor.arun(task(k, s), text, options=options) for k, s, text, _ in TYPED_PHRASINGS]
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    for (kind, _, text, expected), result in zip(TYPED_PHRASINGS, asyncio.run(run_all()), strict=True):
+        assert isinstance(result, ExtractionResult), (kind, text, result)
+        assert result.data["value"] == expected, (text, result.data, result.attempts[-1].raw)
+        span = next(s for s in result.spans if s.path == "/value")
+        assert span.status == "exact" and span.normalized == expected and span.start is not None
+        assert text[span.start : span.end] == span.value  # the evidence as written, where it is

@@ -377,6 +377,8 @@ def test_eval_compares_typed_values_as_values() -> None:
     ("kind", "settings", "text", "copied", "expected", "evidence"),
     [
         ("date", {}, "This Agreement is made as of May 20, 2014 by the parties.", "2014", "2014-05-20", "May 20, 2014"),
+        ("date", {}, "Please note: May 20, 2014. Thank you.", "2014.", "2014-05-20", "May 20, 2014"),
+        ("number", {"currency": "required"}, "Please note: $1,200. Thank you.", "1,200.", 1200, "$1,200"),
         ("duration", {}, "It lasts for three (3) years from today.", "3", "P3Y", "three (3) years"),
         ("number", {}, "预算1.2万以内", "1.2", 12000, "1.2万"),
         ("number", {"currency": "required"}, "The fee is $1,200.", "1,200", 1200, "$1,200"),

@@ -141,6 +141,9 @@ def _set(data: Any, pointer: str, value: Any) -> None:
         node[last] = value
 
 
+_EDGES = " \t\n.,;:!?。，；：！？、"
+
+
 def widen(text: str, value_field: ValueField, words: str) -> str:
     """The whole phrase of ``text`` that holds the copied ``words`` and states a value of the field's kind.
 
@@ -148,11 +151,13 @@ def widen(text: str, value_field: ValueField, words: str) -> str:
     "1.2" of "1.2万". The value is read from the phrase around the words (still the text's own
     words, and where they are); words no such phrase holds are kept as copied.
     """
+    core = words.strip(_EDGES)  # "2014." of "May 20, 2014.": the sentence's stop is no part of the value
     at = text.find(words)
-    if at < 0 or not words.strip():
+    if at < 0 or not core:
         return words
-    end = at + len(words)
-    holding = [(s, e) for s, e in candidates(text, value_field.kind) if s <= at and end <= e and e - s > len(words)]
+    at += words.find(core)
+    end = at + len(core)
+    holding = [(s, e) for s, e in candidates(text, value_field.kind) if s <= at and end <= e and e - s > len(core)]
     if not holding:
         return words
     start, stop = min(holding, key=lambda span: span[1] - span[0])
