@@ -49,12 +49,17 @@ _jobs_lock = threading.Lock()
 _current = threading.local()  # .ahead: the job of the update_from_output running on this thread
 
 
+def switch(name: str, meaning: str) -> bool:
+    """A lever's variable read in vLLM's engine core: ``1`` (``meaning``) or ``0``/unset; anything else names both."""
+    raw = os.environ.get(name, "").strip() or "0"
+    if raw not in ("0", "1"):
+        raise ValueError(f"{name}: {raw!r}; give 1 ({meaning}) or 0")
+    return raw == "1"
+
+
 def wanted() -> bool:
     """``EXTRACTOR_MASK_AHEAD``: 1 fills the next masks ahead (with the pool), 0 or unset not."""
-    raw = os.environ.get(ENV, "").strip() or "0"
-    if raw not in ("0", "1"):
-        raise ValueError(f"{ENV}: {raw!r}; give 1 (the next step's masks filled ahead, with the pool) or 0")
-    return raw == "1"
+    return switch(ENV, "the next step's masks filled ahead, with the pool")
 
 
 def _worker() -> ThreadPoolExecutor:
