@@ -22,7 +22,9 @@ so masks and answers are the same (``tests/test_vllm_staging.py``: real masks of
 applied both ways on CPU; the GPU run compares answers' digests).
 
 The V1 model runner (``VLLM_USE_V2_MODEL_RUNNER=0``), CPU logits and a vLLM without the V2 worker
-keep vLLM's own staging. Off by default until the GPU measures it (``bench/gpu/README.md``). vLLM
+keep vLLM's own staging. Measured on an H200 (2026-12-05, ``bench/results/mask_levers.md``): constrained
+output 0.79-0.84x of vLLM's own staging one task at a time, and the grounded answers' digest differed
+from the three other runs' (unexplained): **off** by default, not to be turned on until that is understood. vLLM
 loads the entry point ``vllm.general_plugins: extractor_staging`` (``pyproject.toml``) in every
 process that runs an engine; unset or 0, ``register`` changes nothing.
 """
