@@ -18,7 +18,7 @@ from typing import Any
 from extractor import Extractor, Settings, Task, pipeline
 from extractor.catalog.prompting import render
 from extractor.constraints import grounded_decoding, substring
-from extractor.engines import vllm_ahead, vllm_masks
+from extractor.engines import vllm_ahead, vllm_masks, vllm_staging
 from extractor.engines.base import Engine, Generation, GenerationRequest
 from extractor.jobs.gold import GoldItem, load_gold, select, task_map
 
@@ -105,6 +105,11 @@ def grammar_form() -> str:
 def mask_ahead() -> bool:
     """Whether this run's engine fills the next step's masks ahead (``EXTRACTOR_MASK_AHEAD=1`` with the pool)."""
     return bool(vllm_masks.threads()) and vllm_ahead.wanted()
+
+
+def mask_staging() -> bool:
+    """Whether this run's engine stages the masks through kept pinned buffers (``EXTRACTOR_MASK_STAGING=1``)."""
+    return vllm_staging.wanted()
 
 
 def logprobs_form(engine: Engine) -> str:

@@ -211,6 +211,7 @@ async def engine_phase(out: Path, per_task: int, seed_per_task: int, parts: Sequ
         "speculative_tokens": settings.speculative_tokens,
         "mask_threads": vllm_masks.threads(),
         "mask_ahead": common.mask_ahead(),
+        "mask_staging": common.mask_staging(),
         "engine": type(extractor.engine).__name__,  # ProcessEngine: vLLM's front end in a process of its own
         "vllm_grammar_check": common.grammar_check(),
         "grammar_form": common.grammar_form(),

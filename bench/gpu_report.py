@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench import mask_fill
+from bench import mask_fill, mask_levers
 from bench.common import RESULTS
 
 RAW = RESULTS / "raw"
@@ -172,6 +172,25 @@ def logprobs_cost() -> list[str]:
         "queue's order, `EXTRACTOR_CONFIDENCES=false` (or `\"confidences\": false` in a task's `x-extractor`) "
         "asks vLLM for no logprobs (the same requests as the dropped row; results then carry no confidence); "
         "the default keeps them.",
+    ]
+
+
+def levers() -> list[str]:
+    """The mask levers of 2026-12-05, one staging A-B-C-A (``mask_levers.md``)."""
+    if not mask_levers.RUNS:
+        return []
+    return [
+        "**The mask levers, one staging** (2026-12-05, one start of the machine, as shipped first and last, "
+        "`python -m bench.mask_fill --per-task 50` each; `mask_levers.md`):",
+        "",
+        *mask_levers.table(mask_levers.RUNS),
+        "",
+        "P5 as shipped: 0.84 / 0.88-0.93 one task at a time, **0.67-0.71 / 0.65 with every task mixed: the ≥ 0.9 "
+        "target is not met**. Both levers lost: kept pinned staging of the masks (`EXTRACTOR_MASK_STAGING=1`) "
+        "0.79-0.84x constrained output per task, and its grounded answers' digest differed (unexplained); masks "
+        "filled ahead (`EXTRACTOR_MASK_AHEAD=1`) 0.55-0.57x, the same answers. Both stay off (the default). "
+        "Replicas, a pool of 4 and P1 with a lever were not run (device time).",
+        "",
     ]
 
 
@@ -458,6 +477,7 @@ def markdown() -> str:
             "",
             *grammar_form(),
             *same_answers(),
+            *levers(),
         ]
     g = engine["grounded_by_length"]
     lines += [

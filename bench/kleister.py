@@ -103,6 +103,7 @@ def catalog_root(documents_: int, into: Path) -> Path:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     lines = [json.loads(line) for line in (DATA / f"{args.split}.jsonl").read_text().splitlines() if line.strip()]
+    lines = [line for line in lines if line["id"] in args.id] if args.id else lines
     lines = lines[: args.limit] if args.limit else lines
     root = catalog_root(args.pool, Path(tempfile.mkdtemp(prefix="kleister-")))
     settings = Settings.from_env(engine=args.engine, tasks_dir=root)
@@ -252,6 +253,7 @@ def main() -> None:
     parser.add_argument("--label", default="")
     parser.add_argument("--engine", default="vllm")
     parser.add_argument("--concurrency", type=int, default=4, help="documents in flight")
+    parser.add_argument("--id", action="append", default=[], help="only this document (file name; repeatable)")
     parser.add_argument("--pool", type=int, default=0, help="train documents imported into the pool (0: none)")
     args = parser.parse_args()
     summary = asyncio.run(run(args))

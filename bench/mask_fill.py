@@ -55,6 +55,7 @@ async def measure(per_task: int) -> dict[str, Any]:
     report: dict[str, Any] = {
         "mask_threads": vllm_masks.threads(),
         "mask_ahead": common.mask_ahead(),  # EXTRACTOR_MASK_AHEAD: the next step's masks filled ahead
+        "mask_staging": common.mask_staging(),  # EXTRACTOR_MASK_STAGING: kept pinned buffers for the masks
         "vllm_grammar_check": common.grammar_check(),
         "grammar_form": common.grammar_form(),
         "engine_start_s": start_s,
@@ -161,8 +162,9 @@ def _busy(layout: dict[str, Any]) -> str:
 
 
 def tries_a_lever(run: dict[str, Any]) -> bool:
-    """Whether a run changed the engine from the one shipped (``EXTRACTOR_VLLM_ARGS``, replicas, masks ahead)."""
-    return bool(run.get("vllm_args")) or run.get("replicas", 1) > 1 or bool(run.get("mask_ahead"))
+    """Whether a run changed the engine from the one shipped (``EXTRACTOR_VLLM_ARGS``, replicas, the mask levers)."""
+    lever = run.get("replicas", 1) > 1 or bool(run.get("mask_ahead")) or bool(run.get("mask_staging"))
+    return bool(run.get("vllm_args")) or lever
 
 
 def _levers(run: dict[str, Any]) -> str:
@@ -170,6 +172,8 @@ def _levers(run: dict[str, Any]) -> str:
     extra = run.get("vllm_args") or {}
     engines = f"; {run['replicas']} engines on the GPU" if run.get("replicas", 1) > 1 else ""
     engines += "; the next step's masks filled ahead (`EXTRACTOR_MASK_AHEAD=1`)" if run.get("mask_ahead") else ""
+    if run.get("mask_staging"):
+        engines += "; masks staged through kept pinned buffers (`EXTRACTOR_MASK_STAGING=1`)"
     return engines + "".join(f"; `{k}`: `{json.dumps(v)}`" for k, v in extra.items())
 
 

@@ -19,7 +19,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from extractor.config import Settings
-from extractor.engines import lifeline, main_guard, memory, priority, vllm_ahead, vllm_checks, vllm_masks, vllm_proposer
+from extractor.engines import (
+    lifeline,
+    main_guard,
+    memory,
+    priority,
+    vllm_ahead,
+    vllm_checks,
+    vllm_masks,
+    vllm_proposer,
+    vllm_staging,
+)
 from extractor.engines.base import Generation, GenerationRequest
 from extractor.engines.local import LocalModel
 from extractor.engines.loop import LoopThread
@@ -193,6 +203,7 @@ class VLLMEngine(LocalModel):
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(size.gib)
         vllm_masks.threads()  # a bad EXTRACTOR_MASK_THREADS is named here, not deep in the engine core
         vllm_ahead.wanted()  # and EXTRACTOR_MASK_AHEAD
+        vllm_staging.wanted()  # and EXTRACTOR_MASK_STAGING
         if self._settings.speculative_tokens and not has_cuda():
             log.warning(
                 "EXTRACTOR_SPECULATIVE_TOKENS on vLLM's CPU backend: sampled (temperature > 0) constrained "
