@@ -42,6 +42,7 @@ from extractor.values.evidence import find
 DATA = Path(__file__).resolve().parents[2] / "shared" / "eval" / "kleister_nda"
 TASK_ROOT = Path(__file__).resolve().parent / "tasks" / "kleister_nda"
 KEYS = ("party", "effective_date", "jurisdiction", "term")
+_SUFFIX = re.compile(r"\b(Inc|Corp|Ltd|Co)$", re.IGNORECASE)
 _PLACE = re.compile(r"^(?:the\s+)?(?:state|commonwealth|province|laws?)\s+of\s+(?:the\s+)?", re.IGNORECASE)
 
 
@@ -59,8 +60,8 @@ def kleister_pairs(data: dict[str, Any]) -> set[str]:
                 text = words(text)
             if key == "jurisdiction":
                 text = _PLACE.sub("", text)
-            if key == "party":
-                text = text.replace(",", "")
+            if key == "party":  # Kleister writes names without commas, "Inc." with its stop, "LLC" without
+                text = _SUFFIX.sub(r"\1.", text.replace(",", "").replace("L.L.C.", "LLC").strip())
             text = re.sub(r"\s+", " ", text).strip().rstrip(".") if key != "party" else re.sub(r"\s+", " ", text)
             pairs.add(f"{key}={text.strip().replace(' ', '_').replace(':', '_').upper()}")
     return pairs
@@ -255,8 +256,24 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4, help="documents in flight")
     parser.add_argument("--id", action="append", default=[], help="only this document (file name; repeatable)")
     parser.add_argument("--pool", type=int, default=0, help="train documents imported into the pool (0: none)")
+    parser.add_argument("--rescore", help="score the saved records of this run again (no engine): the format changed")
     args = parser.parse_args()
-    summary = asyncio.run(run(args))
+    if args.rescore:
+        raw = RESULTS / "raw" / f"kleister-{args.rescore}.log"
+        records = [json.loads(line) for line in raw.read_text().splitlines() if line.strip()]
+        before = json.loads((RESULTS / "kleister.json").read_text())[args.rescore]
+        args.label, args.mode, args.pool, args.split = (
+            args.rescore,
+            before["mode"],
+            before.get("pool_documents", 0),
+            before["split"],
+        )
+        summary = summarize(
+            records, elapsed=len(records) / before["docs_per_s"], ready=before["engine_ready_s"], args=args
+        )
+        summary["peak_rss_mib"] = before["peak_rss_mib"]
+    else:
+        summary = asyncio.run(run(args))
     # Per-document records hold the dataset's labels and text: they stay out of the project
     # (bench/results/raw/*.log is git-ignored); the results page and its JSON hold figures only.
     records = summary.pop("records")
