@@ -244,10 +244,17 @@ def test_sigkill_at_random_points_leaves_nothing(tmp_path: Path) -> None:
                     pending = _pending(service.url)
                     load.extract(clients=1)
                     load.decide(pending)
-                # decisions take milliseconds each: a kill soon after they begin lands among them
-                delay = rng.uniform(3.0, 12.0) if point == "load" else rng.uniform(0.05, 3.0)
+                # Under load, the kill comes after the first item is queued (a loaded machine may take
+                # longer than any fixed delay to answer one); decisions take milliseconds each: a
+                # kill soon after they begin lands among them.
+                waited = 0.0
+                if point == "load":
+                    while not load.queued and waited < 120:
+                        time.sleep(0.1)
+                        waited += 0.1
+                delay = rng.uniform(0.0, 6.0) if point == "load" else rng.uniform(0.05, 3.0)
                 time.sleep(delay)
-                figures["killed_after_s"] = round(delay, 1)
+                figures["killed_after_s"] = round(waited + delay, 1)
             orphans = service.stop(signal.SIGKILL)
             if point != "starting":
                 load.end()

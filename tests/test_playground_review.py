@@ -70,7 +70,8 @@ def unsure_of_the_city(raw: str, start: int, end: int) -> float:
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the shipped landmark task (schema, prompt, pool) that corrections may write to."""
-    root = tmp_path_factory.mktemp("catalog")
+    root = tmp_path_factory.mktemp("playground") / "catalog"
+    root.mkdir()
     for folder, name in (("schemas", f"{TASK}.json"), ("prompts", f"{TASK}.j2"), ("examples", f"{TASK}.jsonl")):
         (root / folder).mkdir()
         shutil.copy(repo_root() / folder / name, root / folder / name)
@@ -84,7 +85,7 @@ def engine() -> ScriptedEngine:
 
 @pytest.fixture(scope="module")
 def server(root: Path, engine: ScriptedEngine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    home = tmp_path_factory.mktemp("home")
+    home = root.parent / "home"  # the reviewers' pool lands here, never in the catalog's examples/
     settings = Settings.from_env({}, engine="scripted", home=home, tasks_dir=root, api_keys=KEY)
     extractor = Extractor(settings=settings, engine=engine, catalog=load_catalog(root))
     server = uvicorn.Server(uvicorn.Config(create_app(extractor), host="127.0.0.1", port=0, log_level="warning"))
@@ -216,9 +217,20 @@ def drag_over(page: Any, start: int, end: int) -> None:
     page.mouse.up()
 
 
+def key_name() -> str:
+    from extractor.server.access import parse_key
+
+    return parse_key(KEY, where="the test's key").name
+
+
 def pool_lines(root: Path) -> list[dict[str, Any]]:
+    """The merged pool: the shipped lines, then the reviewers' under the home, without who decided."""
     lines = (root / "examples" / f"{TASK}.jsonl").read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
+    reviewed = root.parent / "home" / "pools" / f"{TASK}.jsonl"
+    if reviewed.is_file():
+        lines += reviewed.read_text(encoding="utf-8").splitlines()
+    found = [json.loads(line) for line in lines if line.strip()]
+    return [{k: v for k, v in line.items() if k != "review"} for line in found]
 
 
 def test_a_value_corrected_by_selecting_it_teaches_the_next_request(
@@ -253,10 +265,11 @@ def test_a_value_corrected_by_selecting_it_teaches_the_next_request(
         page.keyboard.press("Enter")  # sends the correction
     assert answer.value.status == 200, answer.value.text()
     page.wait_for_function("() => document.querySelector('#review-message').textContent.includes('corrected')")
-    assert f"examples/{TASK}.jsonl" in review.message()
+    assert f"pools/{TASK}.jsonl" in review.message()
 
     item = http.get(f"/review/{item_id}").json()
-    assert (item["status"], item["corrected"], item["reviewer"]) == ("corrected", RIGHT, "ann")
+    # the key decides, the name the reviewer typed beside it
+    assert (item["status"], item["corrected"], item["reviewer"]) == ("corrected", RIGHT, f"{key_name()} (ann)")
     assert pool_lines(root) == [*before, {"id": f"review-{item_id}", "text": TEXT, "output": RIGHT}]
     # the next request for a near-identical text shows the corrected example, and the city comes back right
     result = http.post(f"/extract/{TASK}", json={"text": NEAR}).json()
@@ -321,7 +334,7 @@ def test_decided_elsewhere_first_is_a_clear_409_and_a_bad_accept_shows_the_422(
     assert answer.value.status == 409
     page.wait_for_selector("#item-status:text('rejected')")  # the item as it is now
     assert review.message().startswith("Decided by someone else: ")
-    assert f"review item {item_id} was already rejected by bob" in review.message()
+    assert f"review item {item_id} was already rejected by" in review.message() and "(bob)" in review.message()
     assert page.is_disabled("#do-accept") and page.is_disabled("#do-reject")
     # values not in the text cannot be accepted as they are: the server's reason shows
     page.click(f"#queue-list tr[data-id='{missing}']")
