@@ -190,7 +190,8 @@ async def read_by_field(
     """
     jobs: list[tuple[FieldQuery, int, int]] = []
     texts = [c.text for c in passages]
-    for query in field_queries(task):
+    queries = field_queries(task)
+    for query in queries:
         if query.where == "start":
             chosen = list(range(min(query.k, len(texts))))
         elif query.where == "end":
@@ -226,7 +227,7 @@ async def read_by_field(
     data: dict[str, Any] = {}
     spans: list[Span] = []
     confidences: dict[str, float] = {}
-    for query in field_queries(task):
+    for query in queries:
         value, kept = _merge(query, answers.get(query.name, []))
         data[query.name] = value
         spans += kept

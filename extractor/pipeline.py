@@ -388,7 +388,7 @@ def read_answer(task: Task, raw: str, p: Plan, *, text: str = "") -> Answer:
     ctx = values.Context(
         languages=task.settings.languages, date_order=task.settings.date_order, reference_date=p.reference_date
     )
-    evidence_data = _widened(task, first.value, text) if text else first.value
+    evidence_data = _widened(task, first.value, text, "") if text else first.value
     applied = values.apply(evidence_data, task.values, ctx)
     # A value that could not be read has its own line; the schema's complaint at it would say less.
     errors = [
@@ -398,18 +398,12 @@ def read_answer(task: Task, raw: str, p: Plan, *, text: str = "") -> Answer:
     return Answer(parsed, evidence_data, applied.typed, applied.problems, list(applied.notes))
 
 
-def _widened(task: Task, data: Any, text: str) -> Any:
-    """``data`` with each typed value's copied words widened to the phrase of ``text`` holding them."""
-    if isinstance(data, dict):
-        return {k: _widened_at(task, v, text, f"/{grounding.escape_token(str(k))}") for k, v in data.items()}
-    return data
-
-
-def _widened_at(task: Task, value: Any, text: str, pointer: str) -> Any:
+def _widened(task: Task, value: Any, text: str, pointer: str) -> Any:
+    """``value`` with each typed value's copied words widened to the phrase of ``text`` holding them."""
     if isinstance(value, dict):
-        return {k: _widened_at(task, v, text, f"{pointer}/{grounding.escape_token(str(k))}") for k, v in value.items()}
+        return {k: _widened(task, v, text, f"{pointer}/{grounding.escape_token(str(k))}") for k, v in value.items()}
     if isinstance(value, list):
-        return [_widened_at(task, v, text, pointer) for v in value]
+        return [_widened(task, v, text, pointer) for v in value]
     found = task.values.get(pointer)
     return evidence.widen(text, found, value) if found is not None and isinstance(value, str) else value
 

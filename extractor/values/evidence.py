@@ -9,6 +9,7 @@ numbers); the normalizer of the field reads each, and the first whose value equa
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -60,6 +61,11 @@ _NUMBERS = re.compile(
 def find(text: str, value_field: ValueField, value: Any, ctx: Context | None = None) -> tuple[int, int] | None:
     """The span of ``text`` whose words the field's normalizer reads as ``value``, or None."""
     context = ctx or Context()
+    if value_field.kind == "duration" and isinstance(value, str) and not value.upper().startswith("P"):
+        try:  # a label in words ("3 years") is compared as the duration it states, read once
+            value = durations.parse(value)
+        except EvidenceError:
+            return None
     for start, end in candidates(text, value_field.kind):
         try:
             typed = normalize(value_field, text[start:end], context)
@@ -76,7 +82,8 @@ def candidates(text: str, kind: str) -> Iterator[tuple[int, int]]:
         for match in (_DATE_TIMES if kind == "date-time" else _DATES).finditer(text):
             yield match.span()
     elif kind == "duration":
-        for match in durations.PART.finditer(dates.digits(text) if _same_length(text) else text):
+        as_digits = dates.digits(text)  # offsets hold only where the numerals kept their length
+        for match in durations.PART.finditer(as_digits if len(as_digits) == len(text) else text):
             yield match.span()
     elif kind == "time":
         for match in _TIMES.finditer(text):
@@ -86,20 +93,11 @@ def candidates(text: str, kind: str) -> Iterator[tuple[int, int]]:
             yield match.start(), match.end()
 
 
-def _same_length(text: str) -> bool:
-    return len(dates.digits(text)) == len(text)
-
-
 def _same(found: Any, label: Any, kind: str) -> bool:
     if kind in ("number", "integer"):
         try:
             return abs(float(found) - float(label)) < 1e-9
         except (TypeError, ValueError):
-            return False
-    if kind == "duration" and isinstance(label, str) and not label.upper().startswith("P"):
-        try:
-            label = durations.parse(label)
-        except EvidenceError:
             return False
     return bool(str(found) == str(label))
 
@@ -111,7 +109,7 @@ def as_evidence(text: str, output: Any, fields: dict[str, ValueField] | Any) -> 
     """
     if not fields:
         return output
-    shown = _copy(output)
+    shown = copy.deepcopy(output)
     for pointer, value in list(scalar_leaves(output)):
         found = fields.get(field_path(pointer))
         if found is None or isinstance(value, bool):
@@ -119,14 +117,6 @@ def as_evidence(text: str, output: Any, fields: dict[str, ValueField] | Any) -> 
         span = find(text, found, value)
         _set(shown, pointer, text[span[0] : span[1]] if span is not None else str(value))
     return shown
-
-
-def _copy(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_copy(v) for v in value]
-    return value
 
 
 def _set(data: Any, pointer: str, value: Any) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from extractor.constraints.decoding import node_at
+from extractor.grounding import escape_token
 
 FORMATS = ("date", "date-time", "time", "duration")
 NUMBERS = ("number", "integer")
@@ -90,7 +91,7 @@ def _collect(
     for branch in node.get("allOf") or []:
         _collect(root, branch, path, found, depth + 1, refs)
     for name, child in (node.get("properties") or {}).items():
-        _collect(root, child, f"{path}/{_escape(str(name))}", found, depth + 1, refs)
+        _collect(root, child, f"{path}/{escape_token(str(name))}", found, depth + 1, refs)
     _collect(root, node.get("items"), path, found, depth + 1, refs)
 
 
@@ -147,10 +148,6 @@ def _evidence_node(node: Mapping[str, Any]) -> dict[str, Any]:
 
 def _is_null(node: Any) -> bool:
     return isinstance(node, Mapping) and node.get("type") == "null"
-
-
-def _escape(token: str) -> str:
-    return token.replace("~", "~0").replace("/", "~1")
 
 
 def check_settings(schema: Mapping[str, Any], fields: Mapping[str, ValueField]) -> list[str]:

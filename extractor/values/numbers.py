@@ -51,6 +51,8 @@ _CURRENCY_WORDS = {
     "dollar": "USD",
     "bucks": "USD",
 }
+# Longest first: "美元" is found before the "元" inside it.
+_CURRENCY_BY_LENGTH = tuple(sorted(_CURRENCY_WORDS.items(), key=lambda item: -len(item[0])))
 _UNIT_WORDS = {"公里": "km", "千米": "km", "公斤": "kg", "千克": "kg", "克": "g", "米": "m", "厘米": "cm", "升": "L"}
 _UNIT_WORDS.update({"小时": "hour", "分钟": "minute", "秒": "second", "吨": "tonne"})
 
@@ -142,7 +144,7 @@ def _words(text: str) -> int | None:
 
 def _currency(text: str) -> str | None:
     lowered = text.lower()
-    for word, code in sorted(_CURRENCY_WORDS.items(), key=lambda item: -len(item[0])):
+    for word, code in _CURRENCY_BY_LENGTH:
         if word in lowered:
             return code
     symbol = Price.fromstring(text).currency
