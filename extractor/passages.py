@@ -7,7 +7,8 @@ chunk used to fail the whole document. Read by field instead (``x-extractor.chun
 1. the text is cut into passages (the chunking's sentence-aware split);
 2. each top-level field ranks the passages by BM25 against its query (its ``x-extractor.query``,
    else its title, description and name), the first passage breaking ties; or takes the first or
-   last ones (``x-extractor.from``: ``"start"``, ``"end"``), where a document's form puts it;
+   last ones (``x-extractor.from``: ``"start"``, ``"end"``, or a list of places such as
+   ``["start", "end"]``, read in that order), where a document's form puts it;
 3. the field alone is asked of its ``k`` best passages (``x-extractor.passages``, default 2),
    concurrently, on a one-field task whose schema is that field's (``"expect": true``: without
    null or an empty list, where the analyst knows those passages state it);
@@ -38,6 +39,7 @@ from extractor.examples.selection import Selector
 from extractor.grounding import UNGROUNDED, Span
 
 DEFAULT_PASSAGES = 2
+PLACES = ("start", "end", "query")  # where ``x-extractor.from`` reads a field's passages
 # Task settings a one-field task keeps: how to answer, not how to split, review or show examples.
 _KEPT = (
     *("temperature", "max_tokens", "max_attempts", "grounding", "system", "grounded_decoding"),
@@ -53,7 +55,7 @@ class FieldQuery:
     query: str
     k: int
     merge: str  # "rank" (best passage first) or "first" (document order)
-    where: str = "query"  # "query": ranked by BM25; "start"/"end": the first or last k passages
+    where: tuple[str, ...] = ("query",)  # "query": ranked by BM25; "start"/"end": the first or last k passages
 
 
 def field_queries(task: Task) -> list[FieldQuery]:
@@ -70,10 +72,31 @@ def field_queries(task: Task) -> list[FieldQuery]:
                 query=query.replace("_", " "),
                 k=int(own.get("passages", DEFAULT_PASSAGES)),
                 merge="first" if own.get("merge") == "first" else "rank",
-                where=str(own.get("from", "query")) if own.get("from") in ("start", "end") else "query",
+                where=_places(own.get("from")),
             )
         )
     return found
+
+
+def _places(value: Any) -> tuple[str, ...]:
+    """``x-extractor.from`` as the places to read, in order (the catalog has checked the words)."""
+    places = value if isinstance(value, list) else [value]
+    return tuple(str(p) for p in places if p in PLACES) or ("query",)
+
+
+def choose(query: FieldQuery, texts: Sequence[str]) -> list[int]:
+    """The passages ``query`` reads, in rank order: from each of its places in turn, without repeats."""
+    chosen: list[int] = []
+    last = len(texts) - 1
+    for place in query.where:
+        if place == "start":
+            found = list(range(min(query.k, len(texts))))
+        elif place == "end":
+            found = list(range(last, max(-1, last - query.k), -1))
+        else:
+            found = rank(texts, query.query, query.k)
+        chosen += [i for i in found if i not in chosen]
+    return chosen
 
 
 def rank(passages: Sequence[str], query: str, k: int) -> list[int]:
@@ -112,7 +135,11 @@ def field_task(task: Task, name: str) -> Task:
     return replace(
         narrowed,
         pool=_field_pool(task, name, stated_only=expect),
-        settings=replace(narrowed.settings, examples_from_pool=task.settings.examples_from_pool),
+        settings=replace(
+            narrowed.settings,
+            examples_from_pool=task.settings.examples_from_pool,
+            grounded_decoding=task.settings.grounded_decoding,  # the task's, defaults and tuning included
+        ),
         template=task.template,
         prompt_path=task.prompt_path,
         instruction_only=task.instruction_only,
@@ -192,13 +219,7 @@ async def read_by_field(
     texts = [c.text for c in passages]
     queries = field_queries(task)
     for query in queries:
-        if query.where == "start":
-            chosen = list(range(min(query.k, len(texts))))
-        elif query.where == "end":
-            chosen = list(range(len(texts) - 1, max(-1, len(texts) - 1 - query.k), -1))
-        else:
-            chosen = rank(texts, query.query, query.k)
-        for position, index in enumerate(chosen):
+        for position, index in enumerate(choose(query, texts)):
             jobs.append((query, index, position))
     outcomes = await asyncio.gather(
         *(extract(field_task(task, q.name), passages[i], i) for q, i, _ in jobs), return_exceptions=True

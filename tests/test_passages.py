@@ -7,7 +7,7 @@ from pathlib import Path
 
 from extractor import Catalog, Extractor, ScriptedEngine, Settings
 from extractor.engines.base import GenerationRequest
-from extractor.passages import rank
+from extractor.passages import FieldQuery, choose, rank
 
 FILLER = "The Recipient shall hold the Confidential Information in strict confidence and use it only for the Purpose. "
 TEXT = (
@@ -52,6 +52,14 @@ def test_bm25_ranks_the_passage_about_the_query_first() -> None:
     passages = ["parties and recitals", "governed by the laws of the State of Delaware", "term of two years"]
     assert rank(passages, "governing law: governed by the laws of the State", 1) == [1]
     assert rank(passages, "", 2) == [0, 1]
+
+
+def test_a_field_reads_each_of_its_places_in_turn() -> None:
+    texts = [f"passage {i}" for i in range(6)]
+    both = FieldQuery("effective_date", "date", k=1, merge="rank", where=("start", "end"))
+    assert choose(both, texts) == [0, 5]  # the top first, then under the signatures
+    assert choose(FieldQuery("party", "", k=2, merge="rank", where=("end",)), texts) == [5, 4]
+    assert choose(FieldQuery("x", "", k=4, merge="rank", where=("start", "end")), texts[:3]) == [0, 1, 2]
 
 
 async def test_each_field_from_its_own_passages(tmp_path: Path) -> None:

@@ -99,6 +99,11 @@ TEXTS = {
 }
 
 
+def test_an_initial_does_not_end_a_clause() -> None:
+    text = "between Nitromed, Inc. and Kenneth M. Bate. It ends in the U.S. today."
+    assert clauses(text) == ["between Nitromed, Inc.", " and Kenneth M. Bate.", " It ends in the U.S. today."]
+
+
 @pytest.mark.parametrize("name", sorted(TEXTS))
 def test_every_answer_the_grammar_allows_is_valid_and_grounded(name: str, catalog: Catalog, tokenizer: Any) -> None:
     schema = NESTED if name == "nested" else dict(catalog.get(name).schema)
