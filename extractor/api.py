@@ -65,6 +65,8 @@ class Extractor:
         if self.settings.max_lora_rank == 0:
             self.settings = _lora_settings(self.settings, self.catalog)
         self._engine = engine
+        # The engines of the models tasks name besides the service's (``x-extractor.model``), by name.
+        self._models: dict[str, Engine] = {}
         self._started = False
         self._lock = threading.Lock()
 
@@ -73,8 +75,30 @@ class Extractor:
         """The engine, built from the settings on first use."""
         with self._lock:
             if self._engine is None:
-                self._engine = create_engine(self.settings, adapters=self._merged_adapters())
+                share = 1 + len(self._task_models())  # the engines share the machine, as merged adapters do
+                self._engine = create_engine(self.settings, adapters=self._merged_adapters(), share=share)
             return self._engine
+
+    def _task_models(self) -> list[str]:
+        """The models this extractor's tasks name besides the service's (each an engine of its own)."""
+        names = [n for n in self.catalog.names() if self._tasks is None or n in self._tasks]
+        named = {self.catalog.tasks[n].settings.model for n in names}
+        return sorted(m for m in named if m is not None and m != self.settings.model)
+
+    def engine_for(self, task: Task) -> Engine:
+        """The engine serving ``task``: its own model's (``x-extractor.model``), else the service's."""
+        model = task.settings.model
+        if model is None or model == self.settings.model or self.settings.engine == "remote":
+            return self.engine
+        return self._model_engine(model)
+
+    def _model_engine(self, model: str) -> Engine:
+        with self._lock:
+            found = self._models.get(model)
+            if found is None:
+                share = 1 + len(self._task_models())
+                found = self._models[model] = create_engine(self.settings.with_(model=model), share=share)
+            return found
 
     def _auto_serving(self) -> str:
         """``auto`` made concrete for the tasks' adapters on this device (:mod:`extractor.engines.adapter_serving`)."""
@@ -124,6 +148,8 @@ class Extractor:
         """Start the engine (loads the model); idempotent."""
         if not self._started:
             await self.engine.start()
+            for model in self._task_models():  # one after another: each sizes its share of the memory
+                await self._model_engine(model).start()
             self._started = True
 
     def start(self) -> None:
@@ -205,7 +231,9 @@ class Extractor:
     async def arun(self, task: Task, text: str, *, options: pipeline.Options | None = None) -> ExtractionResult:
         """Extract with a task object: a catalog task, or one built in memory (``tasks.task_from_schema``)."""
         await self.astart()
-        engine, chosen = self.engine, options or pipeline.Options()
+        engine, chosen = self.engine_for(task), options or pipeline.Options()
+        if engine is not self.engine:  # a model of its own, which a task may have named since the start
+            await engine.start()
         try:
             result = await pipeline.run(
                 task, text, engine=engine, settings=self.settings, options=chosen, typed=task.typed
@@ -387,8 +415,9 @@ class Extractor:
 
     async def aclose(self) -> None:
         """Release the engine."""
-        if self._engine is not None:
-            await self._engine.close()
+        for engine in [*self._models.values(), *([self._engine] if self._engine is not None else [])]:
+            await engine.close()
+        self._models.clear()
         self._started = False
 
     def close(self) -> None:

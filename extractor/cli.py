@@ -249,6 +249,7 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
                         "fields": [f.name for f in t.fields],
                         "examples": len(t.examples),
                         "pool": len(t.pool) if t.pool is not None else 0,
+                        "model": t.settings.model or settings.model,
                         "warnings": list(t.warnings),
                     }
                     for t in catalog.tasks.values()
@@ -260,7 +261,10 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
         for name in catalog.names():
             task = catalog.tasks[name]
             pool = f"{len(task.pool):6} in pool" if task.pool is not None else " " * 14
-            print(f"{name:32} {len(task.fields):3} fields  {len(task.examples)} examples {pool}  {task.title}")
+            model = task.settings.model or settings.model
+            print(
+                f"{name:32} {len(task.fields):3} fields  {len(task.examples)} examples {pool}  {model:12} {task.title}"
+            )
             for warning in task.warnings:
                 print(f"  warning: {warning}")
         for error in catalog.errors:
@@ -504,6 +508,13 @@ def _cmd_examples(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else settings.tasks_dir / "examples" / f"{task.name}.jsonl"
     write_pool(out, lines)
     print(out)
+    if not args.out:  # the task's own pool now: say what tuning it would take
+        from extractor.jobs import tuning
+
+        pooled = Catalog.load(settings.tasks_dir, backend=settings.grammar_backend).tasks.get(task.name)
+        if pooled is not None:
+            plan = tuning.plan_text(pooled, tuning.candidates(pooled), lines=min(100, len(lines)))
+            print(plan, file=sys.stderr)
     return 0
 
 
@@ -677,6 +688,75 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
             **fitted.scores,
         }
     )
+    return 0
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from extractor import pipeline
+    from extractor.api import Extractor
+    from extractor.catalog.tasks import calibration_path
+    from extractor.jobs import tuning
+    from extractor.review import calibration, fitting
+
+    extractor = Extractor(settings=_settings(args), tasks=[args.task])
+    task = pipeline.served(extractor.task(args.task), extractor.settings)
+    if task.pool is None or not len(task.pool):
+        raise ExtractorError(
+            f"task {task.name!r} has no example pool to tune on: import labelled lines first "
+            f"(`extractor examples import {task.name} FILE`)"
+        )
+    ks = tuple(int(k) for k in args.k.split(","))
+    options = tuning.candidates(task, ks=ks)
+    cases = fitting.own_cases(task, lines=args.lines, folds=args.folds, seed=args.seed)
+    print(tuning.plan_text(task, options, lines=len(cases)), file=sys.stderr)
+
+    def shown(row: tuning.Row) -> None:
+        m = row.metrics
+        print(
+            f"  {row.candidate.label:28} F1 {row.f1:.3f}  valid {m['schema_valid_rate']:.1%}  "
+            f"{m['docs_per_s']:.2f} docs/s",
+            file=sys.stderr,
+        )
+
+    async def run() -> list[tuning.Row]:
+        try:
+            await extractor.astart()
+            return await tuning.tune(
+                extractor.arun,
+                cases,
+                options,
+                budget_s=args.budget,
+                concurrency=args.concurrency or extractor.settings.max_num_seqs,
+                on_row=shown,
+                models=args.try_model,
+            )
+        finally:
+            await extractor.aclose()
+
+    with _engine_output_to_stderr():
+        rows = asyncio.run(run())
+    chosen = tuning.winner(rows)
+    print(tuning.table(rows, chosen))
+    left = len(options) - len(rows)
+    if left:
+        print(f"\n{left} candidate(s) not measured within the budget of {args.budget:.0f} s", file=sys.stderr)
+    if args.dry_run:
+        print(f"\nchosen: {chosen.candidate.label} (dry run: nothing written)", file=sys.stderr)
+        return 0
+    path = tuning.write(extractor.settings.tasks_dir, task, rows, chosen, lines=len(cases), folds=args.folds)
+    print(f"\nchosen: {chosen.candidate.label}, written to {path} (a running service picks it up)", file=sys.stderr)
+    if len(chosen.marks) >= 20:  # calibrated on the same held-out lines, as the chosen settings serve them
+        source = f"{len(cases)} pool lines held out in {args.folds} folds while tuning ({chosen.candidate.label})"
+        fitted = fitting.fit(chosen.marks, task=task, model=extractor.engine.model_name, source=source)
+        calibration.save(fitted, calibration_path(extractor.settings.tasks_dir, task.name))
+        raw = fitted.scores["raw"]
+        print(
+            f"calibrated on them: {raw['values']} values, catch at 20 % {raw['catch_rate']:.2f} of a ceiling "
+            f"{raw['catch_ceiling']:.2f}, AUROC {raw['auroc'] or 0:.2f}",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -884,6 +964,28 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--progress-interval", type=float, default=10.0, help="seconds between progress lines")
     _add_settings(calibrate)
     calibrate.set_defaults(handler=_cmd_calibrate)
+
+    tune = commands.add_parser(
+        "tune",
+        help="choose a task's worked examples, hints and adapter by measuring them on its own pool (tuned/<task>.json)",
+    )
+    tune.add_argument("task", metavar="TASK")
+    tune.add_argument("--lines", type=int, default=100, help="pool lines to measure on, in folds (default: 100)")
+    tune.add_argument("--folds", type=int, default=5, help="the lines are cut in this many folds (default: 5)")
+    tune.add_argument("--k", default="0,3,5", help="worked examples per request to try (default: 0,3,5)")
+    tune.add_argument("--budget", type=float, help="seconds: no candidate starts that would end past it")
+    tune.add_argument("--dry-run", action="store_true", help="measure and print the table; write nothing")
+    tune.add_argument(
+        "--try-model",
+        action="append",
+        default=[],
+        metavar="MODEL",
+        help="also try this packaged model (gemma3-270m) with the settings that won; repeatable",
+    )
+    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--concurrency", type=int, help="requests at once (default: max-num-seqs)")
+    _add_settings(tune)
+    tune.set_defaults(handler=_cmd_tune)
 
     serve = commands.add_parser("serve", help="run the HTTP service")
     _add_settings(serve, serve=True)

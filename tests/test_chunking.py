@@ -276,9 +276,9 @@ async def test_cjk_document_split_by_the_model_window_on_request(
     extractor, engine = facts_extractor
     wanted = [(500, "阿尔罕布拉宫"), (9_000, "埃菲尔铁塔"), (19_500, "泰姬陵"), (29_000, "阿尔罕布拉宫")]
     text, placed = plant(chinese(random.Random(4), 30_000), wanted)
-    with pytest.raises(TextTooLongError, match="too long"):  # the task does not chunk by itself
-        await extractor.aextract("plain", text)
-    result = await extractor.aextract("plain", text, chunk=True)
+    with pytest.raises(TextTooLongError, match="too long"):  # a request that turns chunking off
+        await extractor.aextract("plain", text, chunk=False)
+    result = await extractor.aextract("plain", text)  # a task chunks a text past the window by default
     assert result.data["landmarks"] == [fact for _, fact in placed]  # the same name twice, at two places
     for index, (offset, fact) in enumerate(placed):
         span = next(s for s in result.spans if s.path == f"/landmarks/{index}")

@@ -76,7 +76,8 @@ def test_a_pool_with_no_usable_line_falls_back_to_the_fixed_examples(tmp_path: P
 
 
 def test_instruction_layout_keeps_the_system_turn_identical_and_examples_compact(tmp_path: Path) -> None:
-    task = pool_catalog(tmp_path, GOOD_LINES, settings={"examples_from_pool": {"k": 2}}).get("city")
+    layout = {"examples_from_pool": {"k": 2, "hints": False}}  # the layout alone (hints: test_lexicon)
+    task = pool_catalog(tmp_path, GOOD_LINES, settings=layout).get("city")
     assert task.instruction_only and task.uses_pool
     first, second = render(task, "Lunch in Oslo on Sunday"), render(task, "Flights to Lima")
     assert first[0] == second[0] and first[0]["role"] == "system"
@@ -105,6 +106,7 @@ def test_pool_settings_choose_how_many_or_turn_the_pool_off(tmp_path: Path) -> N
 
 def test_turns_layout_renders_the_template_around_each_retrieved_example(tmp_path: Path) -> None:
     schema = base_schema()
+    schema["x-extractor"]["examples_from_pool"] = {"hints": False}  # the layout alone (hints: test_lexicon)
     write_task(tmp_path, "city", schema, "Find the city.\nText: {{ text }}")
     (tmp_path / "examples").mkdir()
     (tmp_path / "examples" / "city.jsonl").write_text("".join(json.dumps(x) + "\n" for x in GOOD_LINES))
@@ -240,7 +242,7 @@ def test_eval_leaves_out_gold_texts_that_are_in_the_pool(
 def test_the_pipeline_sends_the_retrieved_examples(tmp_path: Path, settings: Settings) -> None:
     from extractor import ScriptedEngine
 
-    catalog = pool_catalog(tmp_path, GOOD_LINES, settings={"examples_from_pool": {"k": 1}})
+    catalog = pool_catalog(tmp_path, GOOD_LINES, settings={"examples_from_pool": {"k": 1, "hints": False}})
     engine = ScriptedEngine(['{"city":"Lima","when":null}'])
     result = Extractor(settings=settings, engine=engine, catalog=catalog).extract("city", "Trains to Lima")
     assert result.data == {"city": "Lima", "when": None}

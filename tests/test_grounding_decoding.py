@@ -182,7 +182,9 @@ def marked(tmp_path: Path) -> tuple[Catalog, Path]:
         "required": ["city", "kind"],
     }
     everywhere = {**task, "x-extractor": {"grounded_decoding": True}}
-    return make_catalog(tmp_path, {"marked": task, "everywhere": everywhere}), tmp_path
+    marked = {**task, "x-extractor": {"grounded_decoding": False}}  # the field marks only
+    catalog = make_catalog(tmp_path, {"marked": marked, "everywhere": everywhere, "default": task})
+    return catalog, tmp_path
 
 
 @pytest.mark.parametrize(
@@ -193,6 +195,7 @@ def marked(tmp_path: Path) -> tuple[Catalog, Path]:
         ("marked", False, []),
         ("everywhere", None, ["#/properties/city", "#/properties/kind"]),
         ("everywhere", False, []),
+        ("default", None, ["#/properties/city", "#/properties/kind"]),  # a task that says nothing: everywhere
     ],
 )
 async def test_task_setting_field_marks_and_request_option(

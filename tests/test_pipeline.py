@@ -36,7 +36,8 @@ async def test_request_is_constrained_and_few_shot(extractor: Extractor, engine:
     roles = [m["role"] for m in request.messages]
     assert roles[0] == "system" and roles[-1] == "user"
     assert roles.count("assistant") == 3  # examples_from_pool k=3, drawn from examples/landmark_slots.jsonl
-    assert request.messages[-1]["content"] == LANDMARK_TEXT
+    text, hints = request.messages[-1]["content"].split("\n\n", 1)  # the pool's hints: on where a pool is
+    assert text == LANDMARK_TEXT and hints.startswith("Labelled in earlier texts") and "西班牙" in hints
 
 
 async def test_broken_json_is_repaired_and_flagged(extractor: Extractor, engine: ScriptedEngine) -> None:
@@ -118,7 +119,7 @@ async def test_bad_input(extractor: Extractor, engine: ScriptedEngine) -> None:
     with pytest.raises(InputError, match="empty"):
         await extractor.aextract("landmark_slots", "   ")
     with pytest.raises(TextTooLongError, match="model window is 4096 tokens"):
-        await extractor.aextract("landmark_slots", "很长" * 20_000)
+        await extractor.aextract("landmark_slots", "很长" * 20_000, chunk=False)
     assert engine.history == []  # nothing reached the engine
 
 
@@ -139,7 +140,7 @@ async def test_a_max_tokens_past_the_window_is_clamped_to_what_the_prompt_leaves
     assert engine.history[-1].max_tokens == 300
     # asking more never rescues a text the window cannot hold, nor fails one it can
     with pytest.raises(TextTooLongError, match="model window is 4096 tokens"):
-        await extractor.aextract("landmark_slots", "很长" * 20_000, max_tokens=8191)
+        await extractor.aextract("landmark_slots", "很长" * 20_000, max_tokens=8191, chunk=False)
 
 
 async def test_cut_off_answer_is_explained(extractor: Extractor, engine: ScriptedEngine) -> None:

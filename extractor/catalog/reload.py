@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from extractor.catalog.tasks import PROMPT_SUFFIXES, Catalog, Task, calibration_path, load_task
+from extractor.catalog.tuned import tuned_path
 from extractor.config import GrammarBackend
 from extractor.errors import TaskError
 
@@ -52,6 +53,7 @@ def task_files(root: Path, name: str, adapter: Path | None = None, pools: Path |
     files.append(root / "examples" / f"{name}.jsonl")
     files.append((adapter or root / "adapters" / name) / _MANIFEST)
     files.append(calibration_path(root, name))  # `extractor calibrate`'s map
+    files.append(tuned_path(root, name))  # `extractor tune`'s settings
     if pools is not None:
         files.append(pools / f"{name}.jsonl")
     return files

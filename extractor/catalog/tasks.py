@@ -20,12 +20,13 @@ from jsonschema.protocols import Validator
 from jsonschema.validators import Draft202012Validator
 
 from extractor import grounding, values
-from extractor.catalog import limits, templating
+from extractor.catalog import limits, templating, tuned
 from extractor.config import MAX_ATTEMPTS_LIMIT, GrammarBackend
 from extractor.constraints import decoding, grounded_decoding, task_schema
 from extractor.engines.base import Message
 from extractor.errors import ConfigError, TaskError, UnknownTaskError
 from extractor.examples.pool import Example, ExamplePool, PoolSettings, load_pool, summarize
+from extractor.models import MODELS
 from extractor.review import calibration
 from extractor.review.calibration import Calibration
 from extractor.training.manifest import MANIFEST, AdapterError, check_task
@@ -49,6 +50,8 @@ _SETTINGS_SCHEMA: dict[str, Any] = {
         "allow_unenforced": {"type": "boolean"},
         "strict_enforcement": {"type": "boolean"},
         "grounded_decoding": {"type": "boolean"},
+        # the model that serves this task, by a packaged model's name (default: the service's, EXTRACTOR_MODEL)
+        "model": {"type": "string", "minLength": 1},
         # tesseract's languages for the PDF pages of this task's documents read by OCR (EXTRACTOR_OCR_LANGUAGES)
         "ocr_languages": {"type": "string", "pattern": "^[a-z]{3}(_[a-z]+)*(\\+[a-z]{3}(_[a-z]+)*)*$"},
         # each value's confidence from its tokens' logprobs (default: the global EXTRACTOR_CONFIDENCES)
@@ -155,6 +158,8 @@ class TaskSettings:
     date_order: Literal["DMY", "MDY", "YMD"] | None = None
     # tesseract's languages for the OCR'd pages of this task's documents (None: EXTRACTOR_OCR_LANGUAGES)
     ocr_languages: str | None = None
+    # A packaged model serving this task on an engine of its own (None: the service's model).
+    model: str | None = None
 
     @property
     def unenforced_allowed(self) -> bool:
@@ -246,7 +251,7 @@ class Task:
         h.update(json.dumps(schema, sort_keys=True, ensure_ascii=False).encode())
         h.update((self.settings.system or "").encode())
         pool = self.settings.examples_from_pool
-        if pool is not None and pool.hints:  # the adapter learned to read the pool's hints: it needs them
+        if pool is not None and pool.hints and self.uses_pool:  # the adapter learned to read the pool's hints
             h.update(b"\0hints")
         return h.hexdigest()
 
@@ -315,7 +320,8 @@ def load_task(
     catalog_root = root if root is not None else schema_path.parent.parent
     limits.check_file(schema_path, catalog_root)
     source = _read_schema(schema_path)
-    checked = _check_all(where, source, name, backend)
+    layers = _tuned_layer(catalog_root, name) if root is not None else None
+    checked = _check_all(where, source, name, backend, layers=layers)
     settings, examples, validator = checked.settings, checked.examples, checked.validator
     schema, ungrounded, as_written = checked.prepared.schema, checked.ungrounded, checked.as_written
     warnings = list(checked.warnings)
@@ -398,10 +404,21 @@ class _Checked:
     values: dict[str, ValueField]
 
 
-def _check_all(where: str, source: dict[str, Any], name: str, backend: GrammarBackend) -> _Checked:
-    """Every load check of a schema: limits, draft, meta-schema, refs, settings, keywords, typing, examples, compile."""
+def _check_all(
+    where: str,
+    source: dict[str, Any],
+    name: str,
+    backend: GrammarBackend,
+    *,
+    layers: tuple[Mapping[str, Any], str] | None = None,
+) -> _Checked:
+    """Every load check of a schema: limits, draft, meta-schema, refs, settings, keywords, typing, examples, compile.
+
+    ``layers``: a catalog task's settings are read over the project's defaults and under its tuned
+    settings (and the file they came from); None: the schema's block alone (a task built in memory).
+    """
     limits.check_schema(where, source)
-    settings, examples = _read_settings(where, source)
+    settings, examples = _read_settings(where, source, layers=layers)
     prepared = task_schema.prepare(where, source, backend=backend, allow_unenforced=settings.unenforced_allowed)
     schema = prepared.schema  # 2020-12, an object top level, only what decoding enforces
     _check_schema(where, schema)
@@ -568,11 +585,31 @@ def _check_ref_cycles(where: str, schema: Mapping[str, Any]) -> None:
         visit(sub, [])
 
 
-def _read_settings(where: str, schema: Mapping[str, Any]) -> tuple[TaskSettings, tuple[Example, ...]]:
+def _tuned_layer(root: Path, name: str) -> tuple[Mapping[str, Any], str]:
+    """The tuned settings of a catalog task (``tuned/<task>.json``; none: empty) and where they come from."""
+    path = tuned.tuned_path(root, name)
+    if not path.is_file():
+        return {}, str(path)
+    limits.check_inside(path, root)
+    try:
+        return tuned.read(path), str(path)
+    except ConfigError as error:
+        raise TaskError(str(path), "", str(error).removeprefix(f"{path}: ")) from None
+
+
+def _read_settings(
+    where: str, schema: Mapping[str, Any], *, layers: tuple[Mapping[str, Any], str] | None = None
+) -> tuple[TaskSettings, tuple[Example, ...]]:
     raw = schema.get(SETTINGS_KEY, {})
     error = next(iter(sorted(_SETTINGS_VALIDATOR.iter_errors(raw), key=lambda e: list(e.path))), None)
     if error is not None:
         raise TaskError(where, _pointer([SETTINGS_KEY, *error.path]), error.message)
+    if layers is not None:
+        raw = tuned.layered(raw, layers[0])
+        error = next(iter(_SETTINGS_VALIDATOR.iter_errors(raw)), None)
+        if error is not None:  # the tuned file's values, once layered
+            raise TaskError(layers[1], _pointer(["x-extractor", *error.path]), error.message)
+        where = f"{where} (with {layers[1]})" if layers[0] else where
     examples = tuple(Example(text=e["text"], output=e["output"]) for e in raw.get("examples", []))
     values = {k: v for k, v in raw.items() if k not in ("examples", "chunking", "examples_from_pool", "review")}
     if "languages" in raw:
@@ -601,6 +638,13 @@ def _read_settings(where: str, schema: Mapping[str, Any]) -> tuple[TaskSettings,
     if raw.get("allow_unenforced") is not None and raw.get("strict_enforcement") is not None:
         raise TaskError(
             where, f"#/{SETTINGS_KEY}/strict_enforcement", "set strict_enforcement or allow_unenforced, not both"
+        )
+    model = values.get("model")
+    if model is not None and model not in MODELS and not Path(model).is_dir():
+        raise TaskError(
+            where,
+            f"#/{SETTINGS_KEY}/model",
+            f"unknown model {model!r}: name a packaged model ({', '.join(sorted(MODELS))}) or a model directory",
         )
     settings = TaskSettings(**values)
     return settings, examples

@@ -29,11 +29,12 @@ __all__ = [
 ]
 
 
-def create_engine(settings: Settings, adapters: Sequence[Path] = ()) -> Engine:
+def create_engine(settings: Settings, adapters: Sequence[Path] = (), *, share: int = 1) -> Engine:
     """Build the engine the settings name (not started yet).
 
     ``adapters``: the catalog's adapters, each served by a merged model of its own beside the base
-    model (:mod:`extractor.engines.merged`; in-process vLLM only).
+    model (:mod:`extractor.engines.merged`; in-process vLLM only). ``share``: how many engines of
+    other models share the machine with this one (tasks that name a model of their own).
     """
     if settings.engine == "scripted":
         dry = [ScriptedEngine.echo_examples(delay_s=settings.scripted_delay_s) for _ in range(settings.engine_replicas)]
@@ -55,11 +56,11 @@ def create_engine(settings: Settings, adapters: Sequence[Path] = ()) -> Engine:
     if adapters:
         from extractor.engines.merged import MergedAdapters
 
-        return MergedAdapters(settings, adapters)
+        return MergedAdapters(settings, adapters, share=share)
     if settings.engine_replicas > 1:
         from extractor.engines.replicas import EngineReplicas
 
         return EngineReplicas.of(settings)
     from extractor.engines.process import vllm_engine
 
-    return vllm_engine(settings)
+    return vllm_engine(settings, share=share)

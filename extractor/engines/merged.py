@@ -67,7 +67,7 @@ def ensure_merged(base_dir: Path, entry: MergedAdapter) -> Path:
 class MergedAdapters:
     """The base model's engine plus one engine per merged adapter; each request goes to its adapter's."""
 
-    def __init__(self, settings: Settings, adapters: Sequence[Path]) -> None:
+    def __init__(self, settings: Settings, adapters: Sequence[Path], *, share: int = 1) -> None:
         self._settings = settings
         self._base_dir = resolve_model_dir(settings)
         self._merged: list[MergedAdapter] = []
@@ -80,7 +80,7 @@ class MergedAdapters:
                 log.warning("%s", error)
                 continue
             self._merged.append(MergedAdapter(adapter, merged_folder(settings, self._base_dir, adapter)))
-        self._share = 1 + len(self._merged)  # each engine takes this share of the memory
+        self._share = share + len(self._merged)  # each engine takes this share of the memory
         self._base = vllm_engine(settings.with_(max_lora_rank=0), share=self._share)
         self._engines: dict[str, VLLMEngine | ProcessEngine] = {}
 

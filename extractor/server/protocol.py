@@ -170,6 +170,7 @@ class TaskOut(BaseModel):
     examples: int = Field(description="the task's fixed worked examples")
     pool: int = Field(0, description="labelled examples in examples/<task>.jsonl (0: none)")
     examples_per_request: int = Field(description="worked examples each request shows")
+    model: str = Field("", description="the model serving the task (its x-extractor.model, else the service's)")
     warnings: list[str]
     version: str = Field(default="", description="a hash of the files the task was built from; each result names it")
     stale: bool = Field(

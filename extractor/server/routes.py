@@ -97,7 +97,7 @@ async def extract_batch(task: str, body: BatchRequest, request: Request) -> Batc
     return BatchOut(results=results)
 
 
-def _task_out(task: Task, error: TaskError | None = None) -> TaskOut:
+def _task_out(task: Task, error: TaskError | None = None, *, model: str = "") -> TaskOut:
     return TaskOut(
         name=task.name,
         title=task.title,
@@ -108,6 +108,7 @@ def _task_out(task: Task, error: TaskError | None = None) -> TaskOut:
         examples=len(task.examples),
         pool=len(task.pool) if task.pool is not None else 0,
         examples_per_request=task.examples_per_request,
+        model=task.settings.model or model,
         warnings=list(task.warnings),
         version=task.version,
         stale=error is not None,
@@ -122,9 +123,11 @@ def _error_out(error: TaskError) -> TaskErrorOut:
 @router.get("/tasks", response_model=TasksOut)
 async def tasks(request: Request) -> TasksOut:
     """The loaded tasks, and the tasks left out with their load errors."""
-    catalog = _service(request).extractor.catalog  # one version of the catalog for the whole answer
+    service = _service(request)
+    catalog = service.extractor.catalog  # one version of the catalog for the whole answer
+    model = service.settings.model
     return TasksOut(
-        tasks=[_task_out(catalog.tasks[name], catalog.stale.get(name)) for name in catalog.names()],
+        tasks=[_task_out(catalog.tasks[name], catalog.stale.get(name), model=model) for name in catalog.names()],
         errors=[_error_out(e) for e in catalog.errors],
     )
 
@@ -153,7 +156,7 @@ async def task_detail(task: str, request: Request) -> TaskDetailOut:
     catalog = service.extractor.catalog
     spec = service.task(task, catalog)
     return TaskDetailOut(
-        **_task_out(spec, catalog.stale.get(spec.name)).model_dump(),
+        **_task_out(spec, catalog.stale.get(spec.name), model=service.settings.model).model_dump(),
         schema=dict(spec.source_schema or spec.schema),
         engine_schema=dict(spec.engine_schema),
         prompt=PromptOut(

@@ -1,0 +1,236 @@
+"""``extractor tune TASK``: a task's settings chosen by measuring candidates on its own labelled lines.
+
+DSPy's optimizers choose a program's demonstrations by scoring candidates against a metric on
+labelled data; this chooses a task's settings the same way, with the engine that will serve it:
+
+1. **Lines**: a sample of the task's pool cut into folds (:func:`extractor.review.fitting.pool_cases`,
+   as ``extractor calibrate`` does): each line is extracted by the task with a pool that lacks its
+   fold, so no line is ever its own worked example or hint, and every sampled line serves once.
+2. **Candidates** (:func:`candidates`): the task as it is first, then how many worked examples
+   (``k`` in 0, 3, 5), the pool's hints on and off, and the adapter on and off where it has one;
+   last, each other model asked for (``--model``), with the settings that won on the task's own.
+3. Each candidate extracts every line; its row holds micro F1 (the typed comparison of
+   ``extractor eval``), the schema-valid rate and docs/s. Candidates start while the time budget
+   lasts (the first always runs): the winner is chosen among those measured.
+4. **The winner**: the highest F1; within :data:`TIE` of it, the faster. It is written to
+   ``tuned/<task>.json`` (:mod:`extractor.catalog.tuned`) with the table, unless a dry run.
+5. **Calibration follows the choice**: the winner's answers on the same held-out lines (each value's
+   raw confidence, whether it was right, the pool's verdict) fit the task's calibration, as
+   ``extractor calibrate`` would on those lines (:func:`extractor.review.fitting.fit`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from extractor.catalog.tasks import Task
+from extractor.catalog.tuned import tuned_path
+from extractor.errors import EngineError, ExtractionFailed, ExtractorError
+from extractor.examples.pool import PoolSettings
+from extractor.jobs.evaluation import Tally
+from extractor.jobs.journal import write_atomic
+from extractor.jobs.metrics import compare
+from extractor.results import ExtractionResult
+from extractor.review import fitting
+from extractor.review.fitting import Case, Mark
+
+K_CHOICES = (0, 3, 5)
+TIE = 0.005  # F1 within this of the best is a tie, which the faster candidate wins
+# One extraction of a short text while tuning, on 2 CPU cores with SmolLM2 (bench/results/tuning.md)
+CPU_SECONDS_PER_LINE = 1.0
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One way to serve the task: a label and the ``x-extractor`` settings it writes."""
+
+    label: str
+    settings: Mapping[str, Any]
+
+    def apply(self, task: Task) -> Task:
+        """``task`` served this way (its pool, already lacking the case's fold, kept)."""
+        chosen = dict(self.settings)
+        settings = task.settings
+        if "examples_from_pool" in chosen:
+            block = chosen["examples_from_pool"]
+            base = settings.examples_from_pool or PoolSettings()
+            pool = replace(base, **block) if isinstance(block, Mapping) else (base if block else None)
+            settings = replace(settings, examples_from_pool=pool)
+        if "model" in chosen:
+            settings = replace(settings, model=str(chosen["model"]))
+        served = replace(task, settings=settings)
+        if chosen.get("adapter") is False or "model" in chosen:  # an adapter is trained for one model
+            served = replace(served, adapter=None)
+        return served
+
+
+@dataclass
+class Row:
+    """What one candidate measured."""
+
+    candidate: Candidate
+    metrics: dict[str, Any] = field(default_factory=dict)
+    # Each value's raw confidence and whether it was right: the chosen row calibrates the task.
+    marks: list[Mark] = field(default_factory=list)
+
+    @property
+    def f1(self) -> float:
+        return float(self.metrics.get("f1", 0.0))
+
+    def record(self) -> dict[str, Any]:
+        keys = ("docs", "f1", "precision", "recall", "schema_valid_rate", "docs_per_s", "elapsed_s")
+        return {"label": self.candidate.label, "settings": dict(self.candidate.settings)} | {
+            k: self.metrics[k] for k in keys if k in self.metrics
+        }
+
+
+def candidates(task: Task, *, ks: Sequence[int] = K_CHOICES) -> list[Candidate]:
+    """The task as it is, then each setting worth measuring for it (nothing already measured twice)."""
+    pool = task.settings.examples_from_pool
+    current: dict[str, Any] = {}
+    if task.pool is not None and len(task.pool):
+        current["examples_from_pool"] = {"k": pool.k, "hints": pool.hints} if pool is not None else False
+    found = [Candidate("as it is", current)]
+    if task.pool is not None and len(task.pool):
+        for k in ks:
+            for hints in (True, False):
+                settings = {"examples_from_pool": {"k": k, "hints": hints}}
+                found.append(Candidate(f"k={k}, hints {'on' if hints else 'off'}", settings))
+    if task.adapter is not None:
+        found += [Candidate(f"{c.label}, no adapter", {**c.settings, "adapter": False}) for c in list(found)]
+    unique: dict[str, Candidate] = {}
+    for c in found:
+        unique.setdefault(json.dumps(c.settings, sort_keys=True), c)
+    return list(unique.values())
+
+
+Extract = Callable[[Task, str], Awaitable[ExtractionResult]]
+
+
+async def measure(
+    extract: Extract,
+    cases: Sequence[Case],
+    candidate: Candidate,
+    *,
+    concurrency: int = 64,
+    progress: Callable[[int], None] | None = None,
+) -> Row:
+    """Every case extracted as ``candidate`` serves it, scored against its labels."""
+    gate = asyncio.Semaphore(concurrency)
+    tally = Tally()
+    marks: list[Mark] = []
+
+    async def one(case: Case) -> None:
+        async with gate:
+            task = candidate.apply(case.task)
+            result: ExtractionResult | None = None
+            attempts: list[Any] = []
+            try:
+                result = await extract(task, case.text)
+                attempts = list(result.attempts)
+            except EngineError:
+                raise
+            except ExtractionFailed as failed:
+                attempts = list(failed.attempts)
+            except ExtractorError:
+                pass
+            counts = compare(case.expected, result.data if result is not None else None, typed=task.values)
+            tally.add(result, attempts, counts)
+            if result is not None:
+                marks.extend(fitting.marks(case.expected, result, task))
+        if progress is not None:
+            progress(1)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one(c) for c in cases))
+    elapsed = time.perf_counter() - started
+    return Row(candidate, {**tally.metrics(elapsed), "elapsed_s": round(elapsed, 1)}, marks)
+
+
+async def tune(
+    extract: Extract,
+    cases: Sequence[Case],
+    options: Sequence[Candidate],
+    *,
+    budget_s: float | None = None,
+    concurrency: int = 64,
+    on_row: Callable[[Row], None] | None = None,
+    models: Sequence[str] = (),
+) -> list[Row]:
+    """Measure ``options`` in order while the budget lasts (the first always); the rows measured.
+
+    ``models``: other models to try last, each with the settings that won on the task's own model.
+    """
+    rows: list[Row] = []
+    started = time.perf_counter()
+    queue = list(options)
+    while queue:
+        spent = time.perf_counter() - started
+        if rows and budget_s is not None and spent + spent / len(rows) > budget_s:
+            break  # the next one would not end within the budget
+        candidate = queue.pop(0)
+        row = await measure(extract, cases, candidate, concurrency=concurrency)
+        rows.append(row)
+        if on_row is not None:
+            on_row(row)
+        if not queue and models:
+            best = winner(rows).candidate
+            queue = [Candidate(f"{best.label}, model {m}", {**best.settings, "model": m}) for m in models]
+            models = ()
+    return rows
+
+
+def winner(rows: Sequence[Row]) -> Row:
+    """The highest F1; within :data:`TIE` of it, the fastest; the first measured breaks what is left."""
+    best = max(r.f1 for r in rows)
+    close = [r for r in rows if r.f1 >= best - TIE]
+    return max(close, key=lambda r: (float(r.metrics.get("docs_per_s", 0.0)), -rows.index(r)))
+
+
+def table(rows: Sequence[Row], chosen: Row | None = None) -> str:
+    """The measured rows as a Markdown table, the chosen one marked."""
+    lines = ["| candidate | F1 | P | R | valid | docs/s |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        m = r.metrics
+        mark = " **(chosen)**" if r is chosen else ""
+        lines.append(
+            f"| {r.candidate.label}{mark} | {r.f1:.3f} | {m.get('precision', 0):.3f} | {m.get('recall', 0):.3f} "
+            f"| {m.get('schema_valid_rate', 0):.1%} | {m.get('docs_per_s', 0):.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def write(root: Path, task: Task, rows: Sequence[Row], chosen: Row, *, lines: int, folds: int) -> Path:
+    """``tuned/<task>.json``: the chosen settings (what the catalog reads) and the table they won."""
+    path = tuned_path(root, task.name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = {
+        "x-extractor": dict(chosen.candidate.settings),
+        "chosen": chosen.candidate.label,
+        "lines": lines,
+        "folds": folds,
+        "task_version": task.version or task.name,
+        "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "candidates": [r.record() for r in rows],
+    }
+    write_atomic(path, json.dumps(body, indent=2, ensure_ascii=False) + "\n")
+    return path
+
+
+def plan_text(task: Task, options: Sequence[Candidate], *, lines: int, seconds_per_line: float | None = None) -> str:
+    """What ``tune`` would measure, and about how long it would take (``seconds_per_line``: measured here)."""
+    runs = len(options) * lines
+    if seconds_per_line is not None:
+        took = f", about {runs * seconds_per_line / 60:.0f} min"
+    else:
+        took = f", about {runs * CPU_SECONDS_PER_LINE / 60:.0f} min on 2 CPU cores with the default model"
+    return (
+        f"`extractor tune {task.name}` would measure {len(options)} candidate settings "
+        f"({'; '.join(c.label for c in options)}) on {lines} pool lines held out in folds: {runs} extractions{took}"
+    )
