@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench import mask_fill, mask_levers
+from bench import mask_fill
 from bench.common import RESULTS
 
 RAW = RESULTS / "raw"
@@ -177,13 +177,13 @@ def logprobs_cost() -> list[str]:
 
 def levers() -> list[str]:
     """The mask levers of 2026-12-05, one staging A-B-C-A (``mask_levers.md``)."""
-    if not mask_levers.RUNS:
+    if not mask_fill.LEVER_RUNS:
         return []
     return [
         "**The mask levers, one staging** (2026-12-05, one start of the machine, as shipped first and last, "
         "`python -m bench.mask_fill --per-task 50` each; `mask_levers.md`):",
         "",
-        *mask_levers.table(mask_levers.RUNS),
+        *mask_fill.lever_table(mask_fill.LEVER_RUNS),
         "",
         "P5 as shipped: 0.84 / 0.88-0.93 one task at a time, **0.67-0.71 / 0.65 with every task mixed: the ≥ 0.9 "
         "target is not met**. Both levers lost: kept pinned staging of the masks (`EXTRACTOR_MASK_STAGING=1`) "

@@ -1,6 +1,7 @@
 """The engine core's main-thread time a step in the grammar's work, masks filled after vs ahead (issue 28).
 
-    python -m bench.mask_ahead [--per-task 10]   # prints, writes bench/results/mask_ahead.md and raw/mask-ahead.json
+    python -m bench.experiments.mask_ahead [--per-task 10]
+    # prints, writes bench/results/mask_ahead.md and raw/mask-ahead.json
 
 ``EXTRACTOR_MASK_AHEAD=1`` (``extractor/engines/vllm_ahead.py``) moves each step's grammar advance
 and the next step's mask fill off vLLM's engine-core thread, into a job that runs while that thread
@@ -128,7 +129,8 @@ def run(threads: int, ahead: bool, per_task: int, max_num_seqs: int) -> dict[str
     env = {**os.environ, "EXTRACTOR_MASK_THREADS": str(threads), "EXTRACTOR_MASK_AHEAD": "1" if ahead else "0"}
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder, "child.json")
-        command = [sys.executable, "-m", "bench.mask_ahead", "--child", str(out), "--per-task", str(per_task)]
+        command = [sys.executable, "-m", "bench.experiments.mask_ahead", "--child", str(out)]
+        command += ["--per-task", str(per_task)]
         command += ["--max-num-seqs", str(max_num_seqs)]
         done = subprocess.run(command, env=env, cwd=common.ROOT, capture_output=True, text=True, check=False)
         if done.returncode != 0 or not out.exists():

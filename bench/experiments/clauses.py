@@ -10,7 +10,7 @@ Two measurements on one engine, each rule in turn:
 
 Reported: F1, and returned values that run across clause punctuation.
 
-    flock /tmp/extractor-engine.lock .venv/bin/python -m bench.clauses --per-intent 20
+    flock /tmp/extractor-engine.lock .venv/bin/python -m bench.experiments.clauses --per-intent 20
 """
 
 from __future__ import annotations

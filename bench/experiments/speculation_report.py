@@ -1,6 +1,6 @@
 """`bench/results/speculation.md` from the runs of prompt-lookup speculation on the H200 and 2 CPU cores (issue 28).
 
-    python -m bench.speculation_report
+    python -m bench.experiments.speculation_report
 
 Each raw file is one `bench.gpu_bench engine --parts p1,p5` (or `p5`) run with
 `EXTRACTOR_SPECULATIVE_TOKENS` 0 or 4 and `EXTRACTOR_TEMPERATURE=0` (`bench/gpu/README.md` has the

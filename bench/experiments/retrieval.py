@@ -1,6 +1,6 @@
 """Example selection cost: BM25 index build and one query, for pools of 1,000 to 10,000 texts.
 
-.venv/bin/python -m bench.retrieval
+.venv/bin/python -m bench.experiments.retrieval
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A decoding step's grammar advance: vLLM's loop vs one call to llguidance's pool, ruled out (issue 28).
 
-    python -m bench.grammar_advance [--threads N] [--batches 50,100,256]
+    python -m bench.experiments.grammar_advance [--threads N] [--batches 50,100,256]
     # prints each row, writes bench/results/grammar_advance.md and raw/grammar-advance.json
 
 Every step vLLM 0.26 advances each structured sequence's grammar by its new token, one request
@@ -28,7 +28,7 @@ from typing import Any
 
 from bench import common
 from bench.common import write_table
-from bench.grammar_cost import ordered
+from bench.experiments.grammar_cost import ordered
 from bench.pipeline_cpu import shaped
 from extractor import Catalog
 from extractor.config import repo_root

@@ -1,7 +1,7 @@
 """How long the constrained answers are, and what that does to P5 as it was measured (issue 28).
 
-    python -m bench.answer_lengths --per-task 50 --out bench/results/raw/answer-lengths-smollm2-cpu.json
-    python -m bench.answer_lengths --render   # bench/results/answer_lengths.md from raw/answer-lengths-*.json
+    python -m bench.experiments.answer_lengths --per-task 50 --out bench/results/raw/answer-lengths-smollm2-cpu.json
+    python -m bench.experiments.answer_lengths --render   # answer_lengths.md from raw/answer-lengths-*.json
 
 P5 compares the output tokens/s of constrained answers with free generation on the same engine.
 Until 2026-12-04 the free side was cut at the constrained answers' *mean* length, every free
@@ -18,51 +18,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import json
 import statistics
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from bench import common
 from bench.common import RESULTS
-from bench.gpu_bench import capped
-from extractor import Extractor
-from extractor.engines.base import GenerationRequest
-from extractor.jobs.gold import GoldItem
+from bench.gpu_bench import answer_lengths
 
 RUNS = sorted((RESULTS / "raw").glob("answer-lengths-*.json"))
-
-
-def request_key(request: GenerationRequest) -> str:
-    """What pairs a constrained request with its free twin: its prompt (the same on every side)."""
-    return repr(request.messages)
-
-
-def free_as(lengths: Mapping[str, int]) -> Callable[[GenerationRequest], GenerationRequest]:
-    """Each request without its constraint, cut at its own constrained answer's length (free text of the same answers).
-
-    Random weights never end free text before the cap; real weights may (its tokens then count as generated).
-    """
-
-    def free(request: GenerationRequest) -> GenerationRequest:
-        tokens = max(1, lengths[request_key(request)])
-        return dataclasses.replace(request, json_schema=None, grammar=None, max_tokens=tokens)
-
-    return free
-
-
-async def answer_lengths(extractor: Extractor, work: Sequence[GoldItem], *, grounded: bool) -> dict[str, int]:
-    """Each request's answer length in tokens (one untimed pass, task after task, as P5 runs them)."""
-    lengths: dict[str, int] = {}
-    for task_name in dict.fromkeys(i.task for i in work):
-        task = extractor.task(task_name)
-        requests = [capped(common.request(task, i.text, grounded=grounded)) for i in work if i.task == task_name]
-        generations, _ = await common.generate_all(extractor.engine, requests)
-        lengths.update((request_key(r), g.completion_tokens) for r, g in zip(requests, generations, strict=True))
-    return lengths
 
 
 def summary(per_task: Mapping[str, Sequence[int]]) -> dict[str, float]:

@@ -1,7 +1,7 @@
 """Documents in (issue 24): conversion pages/s, end-to-end documents/s, and the bad-document table.
 
-    python -m bench.documents                    # conversion + scripted end to end (~1 min)
-    python -m bench.documents --engine vllm      # + the real engine on two-page PDFs (start ~1-3 min)
+    python -m bench.experiments.documents                    # conversion + scripted end to end (~1 min)
+    python -m bench.experiments.documents --engine vllm      # + the real engine on two-page PDFs (start ~1-3 min)
 
 Documents are built here as the tests build them: PDFs printed from HTML by Debian's Chromium
 (Chinese and English paragraphs), DOCX written by python-docx. Results: ``bench/results/documents.md``

@@ -15,7 +15,7 @@ machine; a re-run replaces its own rows) and `bench/results/learning_curve.md` +
 rendered from all of them. Nothing of CLUENER (data or weights) is written into the project:
 the catalogs and adapters live in a temporary folder (``--keep`` copies an adapter elsewhere).
 
-    flock /tmp/extractor-engine.lock .venv/bin/python -m bench.new_task --sizes 250,all --variants retrieval
+    flock /tmp/extractor-engine.lock .venv/bin/python -m bench.experiments.new_task --sizes 250,all --variants retrieval
 """
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ def main() -> None:
                     row |= train(folder, args, model_dir)
                     row |= asyncio.run(score(folder, args, adapter=True, names=[TASK]))[TASK]
                 record(row, started)
-    from bench.learning_curve import render
+    from bench.experiments.learning_curve import render
 
     render(rows)
 

@@ -1,6 +1,7 @@
-"""Renders `bench/results/learning_curve.md` and `.png` from `raw/learning_curve.json` (`bench.new_task`'s rows).
+"""Renders `bench/results/learning_curve.md` and `.png` from `raw/learning_curve.json`
+(`bench.experiments.new_task`'s rows).
 
-.venv/bin/python -m bench.learning_curve
+.venv/bin/python -m bench.experiments.learning_curve
 """
 
 from __future__ import annotations

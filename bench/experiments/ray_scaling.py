@@ -1,6 +1,7 @@
 """Scaling of `extractor batch --ray` without a fleet: 1 -> 16 actors of the scripted engine at a fixed latency.
 
-PYTHONPATH=. .venv/bin/python -m bench.ray_scaling [--actors 1,2,4,8,16] [--latencies 1,0.25] [--concurrency 8]
+PYTHONPATH=. .venv/bin/python -m bench.experiments.ray_scaling \\
+    [--actors 1,2,4,8,16] [--latencies 1,0.25] [--concurrency 8]
 
 Each actor's engine answers every request after a fixed latency (``--latencies``, one sweep
 each), ``--concurrency`` at a time, so one actor can do at most concurrency / latency rows/s:

@@ -1,6 +1,6 @@
 """Catalog reload latency: a task file saved -> that version served, through `extractor serve` and its watcher.
 
-.venv/bin/python -m bench.reload_latency [--rounds 10]
+.venv/bin/python -m bench.experiments.reload_latency [--rounds 10]
 
 Runs `extractor serve` on the scripted engine (a reload never touches the engine, so the engine
 does not matter) over a copy of the shipped catalog (9 tasks, 8 pools, about 7,000 pool lines),

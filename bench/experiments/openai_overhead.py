@@ -7,8 +7,8 @@ chat completion with the ``extractor`` extension out). One server, the two sides
 A-B-B-A (twice) so drift in the machine's load falls on both; the server is pinned to one core,
 the load generator (raw keep-alive HTTP/1.1 sockets) to the other.
 
-    python -m bench.openai_overhead                      # prints the table
-    python -m bench.openai_overhead --out bench/results/openai_overhead.md
+    python -m bench.experiments.openai_overhead                      # prints the table
+    python -m bench.experiments.openai_overhead --out bench/results/openai_overhead.md
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.http_bench import TASK, TEXT, keepalive_posts, percentile, pin, start_server, stop_server
+from bench.common import percentile
+from bench.experiments.http_bench import TASK, TEXT, keepalive_posts, pin, start_server, stop_server
 
 SIDES: dict[str, tuple[str, dict[str, Any]]] = {
     "extract": (f"/extract/{TASK}", {"text": TEXT}),

@@ -12,7 +12,7 @@ mean what they mean in `extractor eval`; plus values removed by strict grounding
 extractions and constrained utterances. The runs follow each other on one engine, after a warm-up.
 
 Run (starts vLLM: take the engine lock):
-    flock /tmp/extractor-engine.lock .venv/bin/python -m bench.grounded_decoding --per-intent 6
+    flock /tmp/extractor-engine.lock .venv/bin/python -m bench.experiments.grounded_decoding --per-intent 6
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from bench.common import ADAPTER_SERVING, GOLD
+from bench.common import ADAPTER_SERVING, GOLD, RESULTS
 from extractor import Extractor, Settings
 from extractor.jobs.evaluation import Prediction, evaluate
 from extractor.jobs.gold import GoldItem, load_gold, select, task_map
 
 DEV = GOLD
-OUT = Path(__file__).resolve().parent / "results" / "grounded_decoding.md"
+OUT = RESULTS / "grounded_decoding.md"
 RUNS: list[tuple[str, dict[str, Any]]] = [
     ("post-hoc, flag", {"grounding": "flag", "grounded_decoding": False}),
     ("post-hoc, strict re-ask", {"grounding": "strict", "grounded_decoding": False}),

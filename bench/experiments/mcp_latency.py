@@ -5,9 +5,9 @@ One ``extractor serve`` (the real engine by default), one text, the two paths al
 falls on both; each path keeps its connection (httpx keep-alive; one MCP session, opened before
 the clock starts). The first pair is a warm-up, off the clock.
 
-    python -m bench.mcp_latency                                  # real engine: prints the table
-    python -m bench.mcp_latency --engine scripted --pairs 200    # the protocol's own cost
-    python -m bench.mcp_latency --out bench/results/mcp_latency.md
+    python -m bench.experiments.mcp_latency                                  # real engine: prints the table
+    python -m bench.experiments.mcp_latency --engine scripted --pairs 200    # the protocol's own cost
+    python -m bench.experiments.mcp_latency --out bench/results/mcp_latency.md
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 from mcp import Client
 
-from bench.http_bench import TASK, TEXT, start_server, stop_server
+from bench.experiments.http_bench import TASK, TEXT, start_server, stop_server
 
 
 async def measure(url: str, *, pairs: int) -> tuple[dict[str, list[float]], dict[str, Any]]:

@@ -8,9 +8,9 @@
 2. Real engine (vLLM on the default model): docs/s of concurrent ``POST /extract`` against the
    seed-style client (one request at a time, waiting for each), on the same documents.
 
-    python -m bench.http_bench                 # both parts (part 2 starts vLLM: ~1 min on 2 cores)
-    python -m bench.http_bench --part scripted # part 1 only
-    python -m bench.http_bench --out bench/http_results.md
+    python -m bench.experiments.http_bench                 # both parts (part 2 starts vLLM: ~1 min on 2 cores)
+    python -m bench.experiments.http_bench --part scripted # part 1 only
+    python -m bench.experiments.http_bench --out bench/http_results.md
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import json
 import os
 import platform
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -31,9 +30,9 @@ from typing import Any
 
 import httpx
 
+from bench.common import ROOT, free_port, percentile
 from extractor import Extractor, Settings
 
-ROOT = Path(__file__).resolve().parent.parent
 TASK = "landmark_slots"
 TEXT = "阿尔罕布拉宫是西班牙摩尔人统治时期的宫殿建筑。"
 CONCURRENCY = (1, 8, 64)
@@ -60,17 +59,6 @@ DOCS = [  # the real-engine part: landmark sentences and SNIPS dev utterances (C
 def pin(cores: set[int]) -> None:
     if hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) > 1:
         os.sched_setaffinity(0, cores)
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_server(

@@ -1,6 +1,6 @@
 """`extractor batch --ray` on the real engine, on the GPU host: one actor, then two sharing what the host has.
 
-    python3 -m bench.ray_gpu --actors 1,2 --repeat 3 --out $OUT/ray-gpu.json
+    python3 -m bench.experiments.ray_gpu --actors 1,2 --repeat 3 --out $OUT/ray-gpu.json
 
 SNIPS dev's 700 utterances, repeated ``--repeat`` times with new ids, extracted by one task
 (``snips_get_weather``, adapters off: one engine an actor) on a local Ray cluster. Each point
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import GOLD, machine
-from bench.ray_scaling import _Clock
+from bench.experiments.ray_scaling import _Clock
 from extractor.config import Settings
 from extractor.scale import ray_batch
 

@@ -13,7 +13,7 @@ asyncio loop of ~0.3 ms of Python between ``await asyncio.sleep(...)`` (busy all
 about half the time), as vLLM's front end is under load (0.3-0.8 of a core on the H200,
 ``bench/results/gpu.md``). CPU only, about a minute; nothing else should run meanwhile:
 
-    python -m bench.gil_starvation          # prints the table; --out writes bench/results/gil_starvation.md
+    python -m bench.experiments.gil_starvation          # prints the table; --out writes bench/results/gil_starvation.md
 """
 
 from __future__ import annotations

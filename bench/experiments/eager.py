@@ -5,8 +5,8 @@ there). This runs ``extractor eval`` on the first ``--per-task`` SNIPS dev lines
 shipped (the SNIPS adapter merged: two engines), once compiled and once eager, one after the
 other; the command's wall time less the evaluation's own elapsed time is the start.
 
-    .venv/bin/python -m bench.eager [--per-task 20]   # runs both, writes raw/eager-*.json and eager.md
-    .venv/bin/python -m bench.eager --render          # eager.md from the raw files
+    .venv/bin/python -m bench.experiments.eager [--per-task 20]   # runs both, writes raw/eager-*.json and eager.md
+    .venv/bin/python -m bench.experiments.eager --render          # eager.md from the raw files
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ For each suite, in one engine:
 Nothing of CLUENER (data or weights) is written into the project: catalogs and adapters live in
 a temporary folder.
 
-    flock /tmp/extractor-engine.lock .venv/bin/python -m bench.calibration --suite snips --serving off
+    flock /tmp/extractor-engine.lock .venv/bin/python -m bench.experiments.calibration --suite snips --serving off
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def use_adapter(folder: Path, names: list[str], adapter: str) -> None:
 
 
 def cluener_catalog(folder: Path) -> list[str]:
-    from bench.new_task import TASK, catalog
+    from bench.experiments.new_task import TASK, catalog
 
     catalog(folder, None)
     return [TASK]
@@ -75,7 +75,7 @@ def dev_items(suite: str, known: Sequence[str], limit: int | None) -> list[GoldI
     if suite == "snips":
         items = load_gold(GOLD, task=None, known=known, task_field="intent", mapping=task_map("snips"))
     else:
-        from bench.new_task import CLUENER
+        from bench.experiments.new_task import CLUENER
 
         items = load_gold(CLUENER / "dev.jsonl", task=known[0], known=known)
     return select(items, limit=limit)
@@ -310,7 +310,9 @@ def main() -> None:
         if adapter:
             if not args.train:
                 raise SystemExit("--serving with an adapter needs --train (an adapter that lists held-out lines)")
-            gold = GOLD if args.suite == "snips" else __import__("bench.new_task").new_task.CLUENER / "dev.jsonl"
+            from bench.experiments.new_task import CLUENER
+
+            gold = GOLD if args.suite == "snips" else CLUENER / "dev.jsonl"
             row |= train(folder, names, args, data.gold_texts([Path(gold)]))
             use_adapter(folder, names, "adapters/snips" if args.suite == "snips" else f"adapters/{names[0]}")
         row |= asyncio.run(run(folder, names, args.suite, args, args.serving))

@@ -1,6 +1,7 @@
 """What asking each token's logprob costs vLLM's own CPU work per decoding step (issue 28, P1).
 
-    python -m bench.logprobs_wire [--requests 256] [--steps 200]   # prints and writes bench/results/logprobs_wire.md
+    python -m bench.experiments.logprobs_wire [--requests 256] [--steps 200]
+    # prints and writes bench/results/logprobs_wire.md
 
 On the H200 raw vLLM asking each sampled token's logprob (what the pipeline asks for its
 confidences) ran 14 % slower (``gpu.md``). This times, on this machine's vLLM and CPU, the

@@ -4,61 +4,16 @@ Each run is one ``python -m bench.mask_fill --per-task 50`` (its own engine), on
 in the order they ran on one start of the machine (the number in the file's name), as shipped first
 and last. Commands: ``bench/gpu/README.md``.
 
-    python -m bench.mask_levers     # writes bench/results/mask_levers.md
+    python -m bench.experiments.mask_levers     # writes bench/results/mask_levers.md
 """
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
-from typing import Any
 
-RESULTS = Path(__file__).resolve().parent / "results"
-RUNS = sorted((RESULTS / "raw").glob("mask-fill-levers-*.json"), key=lambda p: int(re.findall(r"-(\d+)-", p.name)[0]))
-
-
-def lever(run: dict[str, Any]) -> str:
-    """What a run changed from the engine as shipped (the pool of 16 threads on CUDA)."""
-    named = []
-    if run.get("mask_ahead"):
-        named.append("masks ahead (`EXTRACTOR_MASK_AHEAD=1`)")
-    if run.get("mask_staging"):
-        named.append("kept pinned staging (`EXTRACTOR_MASK_STAGING=1`)")
-    if run.get("replicas", 1) > 1:
-        named.append(f"{run['replicas']} engines (`EXTRACTOR_ENGINE_REPLICAS`)")
-    if run.get("mask_threads") != 16:
-        named.append(f"a pool of {run['mask_threads']} threads")
-    return ", ".join(named) or "as shipped"
-
-
-def _rates(layout: dict[str, Any]) -> str:
-    schema, grounded = layout["schema"]["tok_s"], layout["grounded"]["tok_s"]
-    twins = layout["free_schema"]["tok_s"], layout["free_grounded"]["tok_s"]
-    return (
-        f"{layout['free']['tok_s']:,.0f} | {schema:,.0f} | **{schema / twins[0]:.2f}** "
-        f"| {grounded:,.0f} | **{grounded / twins[1]:.2f}**"
-    )
-
-
-def table(paths: list[Path]) -> list[str]:
-    """One row per run: free, schema and grounded tok/s and P5 against free text of the same answers, both layouts."""
-    runs = [(p, json.loads(p.read_text(encoding="utf-8"))) for p in paths]
-    first = runs[0][1]["answer_lengths_digest"] if runs else {}
-    lines = [
-        "| # | run | per task: free tok/s | schema tok/s | P5 schema | grounded tok/s | P5 grounded "
-        "| mixed: free tok/s | schema tok/s | P5 schema | grounded tok/s | P5 grounded "
-        "| schema answers valid | answers' digest = run 1's | engine start s |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|",
-    ]
-    for number, (path, run) in enumerate(runs, 1):
-        same = run["answer_lengths_digest"] == first
-        valid = f"{run['per_task']['schema']['valid']} / {run['per_task']['schema']['docs']}"
-        lines.append(
-            f"| {number} | {lever(run)} (`raw/{path.name}`) | {_rates(run['per_task'])} | {_rates(run['mixed'])} "
-            f"| {valid} | {'yes' if same else '**no**'} | {run['engine_start_s']:.0f} |"
-        )
-    return lines
+from bench.common import RESULTS
+from bench.mask_fill import LEVER_RUNS, lever_table
 
 
 def markdown(paths: list[Path], findings: list[str]) -> str:
@@ -76,9 +31,10 @@ def markdown(paths: list[Path], findings: list[str]) -> str:
             "(50 at once) and all mixed (256 at once), greedy, each constrained side against free text of the "
             "same answers (each free twin cut at its own answer's length), A-B-B-A inside each run. One engine "
             "per run, the runs back to back on one start of the machine in the order numbered. Rendered by "
+            # the page keeps the command it was rendered under (the module moved since; its data did not)
             "`python -m bench.mask_levers` (commands: `bench/gpu/README.md`).",
             "",
-            *table(paths),
+            *lever_table(paths),
             "",
             *findings,
             "",
@@ -117,7 +73,7 @@ FINDINGS = [
 
 def main() -> None:
     out = RESULTS / "mask_levers.md"
-    out.write_text(markdown(RUNS, FINDINGS), encoding="utf-8")
+    out.write_text(markdown(LEVER_RUNS, FINDINGS), encoding="utf-8")
     print(out)
 
 

@@ -1,8 +1,8 @@
 """Drafts for constrained answers (issue 28; ``extractor/engines/vllm_proposer.py``): how many tokens a
 decoding step could take, and what they were worth on the H200.
 
-    python -m bench.drafts --replay --per-task 4   # the real engine here (greedy), then each answer replayed
-    python -m bench.drafts --render                # bench/results/drafts.md from the raw runs
+    python -m bench.experiments.drafts --replay --per-task 4   # the real engine here (greedy), each answer replayed
+    python -m bench.experiments.drafts --render                # bench/results/drafts.md from the raw runs
 
 ``--replay`` generates greedy answers (task schema and substring grammar) on this machine's engine,
 then replays each through its grammar with a proposer offering up to 4 drafts after every step:

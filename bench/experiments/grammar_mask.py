@@ -6,7 +6,7 @@ This measures the mean mask time over random 60-token walks (llguidance's matche
 model's tokenizer, `snips_get_weather`), for texts of 170 and 1,000 words — the lever left for
 issue 14's throughput target.
 
-    .venv/bin/python -m bench.grammar_mask
+    .venv/bin/python -m bench.experiments.grammar_mask
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ it) and the mask at every token of the gold answer, written compactly as the mod
 Order per utterance: lean, full, full, lean; the task schema's own grammar (grounding off) once,
 for scale. llguidance and the default model's tokenizer on this machine's CPU.
 
-    .venv/bin/python -m bench.grammar_cost [--per-task 100]
+    .venv/bin/python -m bench.experiments.grammar_cost [--per-task 100]
 """
 
 from __future__ import annotations

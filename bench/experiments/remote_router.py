@@ -1,6 +1,6 @@
 """Two real `vllm serve` of the default model: the remote engine's own URL list vs `vllm-router` in front.
 
-flock /tmp/extractor-engine.lock .venv/bin/python -m bench.remote_router [--docs 48]
+flock /tmp/extractor-engine.lock .venv/bin/python -m bench.experiments.remote_router [--docs 48]
 
 Starts two OpenAI-compatible vLLM servers on 127.0.0.1 (the default model, each with a small KV
 cache), and `vllm-router` (``make setup-router``) in front of them. Then, on the same load

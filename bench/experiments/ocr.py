@@ -1,7 +1,7 @@
 """OCR of scanned PDF pages (issue 47, item 4): pages/s on this machine's cores, accuracy, Kleister-NDA's PDFs.
 
-    python -m bench.ocr                         # synthetic scans + Kleister-NDA train/dev (~3 min on 2 cores)
-    python -m bench.ocr --kleister ''           # synthetic scans only
+    python -m bench.experiments.ocr   # synthetic scans + Kleister-NDA train/dev (~3 min on 2 cores)
+    python -m bench.experiments.ocr --kleister ''   # synthetic scans only
 
 Scans are drawn as the tests draw them (``tests.documents.scanned_pdf``: Pillow, 12 pt text at
 300 dpi, saved as image-only PDFs), full pages of English contract prose or Chinese. Each page

@@ -1,10 +1,10 @@
 """Load and lifecycle runs of issue 13 (cases 14-17) against `extractor serve` on the scripted engine.
 
-    python -m bench.lifecycle admission    # 14: admission limit + 50 concurrent clients
-    python -m bench.lifecycle disconnect   # 15: 200 clients that hang up after 0.5 s
-    python -m bench.lifecycle sigterm      # 16: SIGTERM under load, and during `extractor batch`
-    python -m bench.lifecycle soak         # 17: 10 minutes at steady load (--minutes to change)
-    python -m bench.lifecycle admission --engine vllm   # 14 on the real engine (flock it)
+    python -m bench.experiments.lifecycle admission    # 14: admission limit + 50 concurrent clients
+    python -m bench.experiments.lifecycle disconnect   # 15: 200 clients that hang up after 0.5 s
+    python -m bench.experiments.lifecycle sigterm      # 16: SIGTERM under load, and during `extractor batch`
+    python -m bench.experiments.lifecycle soak         # 17: 10 minutes at steady load (--minutes to change)
+    python -m bench.experiments.lifecycle admission --engine vllm   # 14 on the real engine (flock it)
 
 Each run writes ``bench/results/lifecycle_<run>.md`` and its raw figures to
 ``bench/results/raw/lifecycle_<run>.json``, and exits non-zero when a guarantee did not hold.
@@ -31,10 +31,9 @@ from typing import Any
 import httpx
 import psutil
 
-from bench.http_bench import percentile, start_server, stop_server
+from bench.common import RESULTS, ROOT, percentile
+from bench.experiments.http_bench import start_server, stop_server
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
 TASK = "landmark_slots"
 TEXT = "阿尔罕布拉宫是西班牙摩尔人统治时期的宫殿建筑。"
 

@@ -4,8 +4,9 @@ layout, grounded decoding, and nulls vs omitted absent slots, on SNIPS dev, one 
 Each variant is a copy of the shipped catalog, changed in one respect, in a temporary folder, so
 the tasks load through the same checks as the shipped ones. Scored with `extractor eval`'s code.
 
-    flock /tmp/extractor-engine.lock .venv/bin/python -m bench.quality            # all 700 lines
-    flock /tmp/extractor-engine.lock .venv/bin/python -m bench.quality --per-intent 20 --variants k3,fixed-turns
+    flock /tmp/extractor-engine.lock .venv/bin/python -m bench.experiments.quality   # all 700 lines
+    flock /tmp/extractor-engine.lock .venv/bin/python -m bench.experiments.quality \\
+        --per-intent 20 --variants k3,fixed-turns
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import ADAPTER_SERVING, GOLD, RESULTS, ROOT, machine
+from bench.train import per_intent_table
 from extractor import Catalog, Extractor, Settings
 from extractor.engines.base import Engine
 from extractor.jobs.evaluation import Prediction, evaluate
@@ -164,16 +166,6 @@ def markdown(rows: list[dict[str, Any]], items: int, command: str, elapsed: floa
             f"{r['output_tokens']:.1f} | {r['docs_per_s']:.2f} | {r['attempts']:.2f} |"
         )
     return "\n".join([*lines, "", *per_intent_table(rows)]) + "\n"
-
-
-def per_intent_table(rows: list[dict[str, Any]]) -> list[str]:
-    """ "Per-intent F1:" and a table, a row per variant (``variant`` and ``per_task``: task -> F1)."""
-    tasks = sorted({t for r in rows for t in r["per_task"]})
-    lines = ["Per-intent F1:", "", "| variant | " + " | ".join(t.removeprefix(SNIPS) for t in tasks) + " |"]
-    lines.append("|---|" + "---|" * len(tasks))
-    for r in rows:
-        lines.append(f"| {r['variant']} | " + " | ".join(f"{r['per_task'].get(t, 0):.3f}" for t in tasks) + " |")
-    return lines
 
 
 def main() -> None:

@@ -6,8 +6,8 @@ copies of ``adapters/snips`` under new names, so vLLM and the merge see ``N`` di
 the copies of each intent's task in turn. Per serving, one engine (or set of engines) each:
 engine start seconds, docs/s over all of SNIPS dev at ``--concurrency``, F1, GPU memory in use.
 
-    python3 -m bench.many_adapters --adapters 8 --serving merged,lora --out $OUT/many-adapters.json
-    python -m bench.many_adapters --render   # raw/many-adapters-*.json -> bench/results/many_adapters.md
+    python3 -m bench.experiments.many_adapters --adapters 8 --serving merged,lora --out $OUT/many-adapters.json
+    python -m bench.experiments.many_adapters --render   # raw/many-adapters-*.json -> bench/results/many_adapters.md
 """
 
 from __future__ import annotations
