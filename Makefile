@@ -80,11 +80,15 @@ $(ROUTER):
 serve: setup setup-ocr
 	$(VENV)/bin/extractor serve
 
+# Both report the suite's time: the 25 slowest tests (setup and teardown apart: an engine fixture's start
+# shows as the setup of the first test that asks for it) and pytest's total on its last line.
+DURATIONS := --durations=25 --durations-min=1
+
 test: setup setup-browser setup-postgres setup-ocr setup-ray setup-router
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(DURATIONS)
 
 test-fast: setup setup-browser setup-postgres setup-ocr setup-ray setup-router
-	$(PY) -m pytest -q -m "not engine and not slow"
+	$(PY) -m pytest -q $(DURATIONS) -m "not engine and not slow"
 
 # Benchmarks start vLLM: one engine at a time on a shared machine (flock where available).
 ENGINE_LOCK := $(if $(shell command -v flock),flock /tmp/extractor-engine.lock)

@@ -7,9 +7,11 @@ import dataclasses
 import json
 import os
 import platform
+import socket
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +22,7 @@ from extractor.catalog.prompting import render
 from extractor.constraints import grounded_decoding, substring
 from extractor.engines import vllm_ahead, vllm_masks, vllm_staging
 from extractor.engines.base import Engine, Generation, GenerationRequest
+from extractor.jobs import batch
 from extractor.jobs.gold import GoldItem, load_gold, select, task_map
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -301,3 +304,71 @@ def write_table(name: str, title: str, intro: str, header: Sequence[str], rows: 
     path = RESULTS / name
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The value at quantile ``q`` (0-1) of ``values``, the nearest rank."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# (module, attribute, stage): what the pipeline and batch call, by the name they call it.
+_STAGES = [
+    (pipeline, "render", "render (prompt + example selection)"),
+    (pipeline.grounded_decoding, "constrain", "constraint (grammar build)"),
+    (pipeline, "parse_and_validate", "parse + validate"),
+    (pipeline.grounding, "locate", "grounding"),
+    (batch._Writer, "flush", "journal writes (fsync)"),
+]
+
+
+@contextmanager
+def stage_times(engine: Any) -> Iterator[dict[str, float]]:
+    """Patch the stage functions (and ``engine.generate``) for the block; yields seconds per stage.
+
+    Synchronous stages (render, constraint, parse/validate, grounding, journal writes) run on the event
+    loop one at a time, so their sums are real time spent; ``generate`` is the time requests wait on the
+    engine, summed over concurrent requests (it overlaps itself: compare it with the run's wall time,
+    not with the other stages).
+    """
+    seconds: dict[str, float] = defaultdict(float)
+    restore: list[tuple[Any, str, Any]] = []
+
+    def wrap_sync(func: Callable[..., Any], stage: str) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return func(*args, **kwargs)
+            finally:
+                seconds[stage] += time.perf_counter() - start
+
+        return wrapper
+
+    for module, name, stage in _STAGES:
+        if hasattr(module, name):
+            original = getattr(module, name)
+            restore.append((module, name, original))
+            setattr(module, name, wrap_sync(original, stage))
+    generate = engine.generate
+
+    async def timed_generate(request: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return await generate(request)
+        finally:
+            seconds["generate (engine, overlapping)"] += time.perf_counter() - start
+
+    engine.generate = timed_generate
+    try:
+        yield seconds
+    finally:
+        engine.generate = generate
+        for module, name, original in restore:
+            setattr(module, name, original)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import common, stages
+from bench import common
 from extractor import ExtractionResult, Extractor, Task
 from extractor.engines.base import Engine, GenerationRequest, Message
 from extractor.jobs.batch import BatchConfig, run_batch
@@ -194,10 +194,10 @@ async def p1_same_work(
         _ = new_pass and new_pass()
         return await raw_passes(engine, extractor, items, grounded=grounded)
 
-    with stages.timed(engine) as spent:
+    with common.stage_times(engine) as spent:
         first = await ours_()
     raw = add_passes(await raw_(grounded=True), await raw_(grounded=True))
-    with stages.timed(engine) as spent_again:
+    with common.stage_times(engine) as spent_again:
         ours = add_passes(first, await ours_())
     ours["stages"] = {k: spent.get(k, 0.0) + spent_again.get(k, 0.0) for k in {*spent, *spent_again}}
     raw_first = await raw_()

@@ -5,7 +5,8 @@
         python -m bench.gpu_bench engine --out gpu-engine.json   # P1, P5, grounded on/off, latency, P2
     EXTRACTOR_MODEL=/tmp/dummy7b EXTRACTOR_LOAD_FORMAT=dummy \\
         python -m bench.gpu_bench serve --out gpu-serve.json     # time to first result, GPU memory
-    python -m bench.gpu_bench report    # bench/results/gpu-figures.md + gpu.png from bench/results/raw/gpu-*.json
+
+The page, from the raw files: ``python -m bench.gpu_report`` (``bench/results/gpu.md`` and ``gpu.png``).
 
 The engine phase runs every comparison on one engine in one process, so each ratio compares two
 sides of the same run. Random weights generate noise (strings run until a grammar or ``max_tokens``
@@ -25,14 +26,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from bench import common, compact, grounded_grammar
-from bench.http_bench import free_port, percentile
+from bench.common import free_port, percentile
 from extractor import Extractor, Settings
 from extractor.engines import vllm_masks
 from extractor.engines.base import GenerationRequest
@@ -412,6 +413,35 @@ def free_at(tokens: int) -> Callable[[GenerationRequest], GenerationRequest]:
     return free
 
 
+def request_key(request: GenerationRequest) -> str:
+    """What pairs a constrained request with its free twin: its prompt (the same on every side)."""
+    return repr(request.messages)
+
+
+def free_as(lengths: Mapping[str, int]) -> Callable[[GenerationRequest], GenerationRequest]:
+    """Each request without its constraint, cut at its own constrained answer's length (free text of the same answers).
+
+    Random weights never end free text before the cap; real weights may (its tokens then count as generated).
+    """
+
+    def free(request: GenerationRequest) -> GenerationRequest:
+        tokens = max(1, lengths[request_key(request)])
+        return dataclasses.replace(request, json_schema=None, grammar=None, max_tokens=tokens)
+
+    return free
+
+
+async def answer_lengths(extractor: Extractor, work: Sequence[GoldItem], *, grounded: bool) -> dict[str, int]:
+    """Each request's answer length in tokens (one untimed pass, task after task, as P5 runs them)."""
+    lengths: dict[str, int] = {}
+    for task_name in dict.fromkeys(i.task for i in work):
+        task = extractor.task(task_name)
+        requests = [capped(common.request(task, i.text, grounded=grounded)) for i in work if i.task == task_name]
+        generations, _ = await common.generate_all(extractor.engine, requests)
+        lengths.update((request_key(r), g.completion_tokens) for r, g in zip(requests, generations, strict=True))
+    return lengths
+
+
 async def p5(report: Report, extractor: Extractor, work: list[GoldItem]) -> None:
     """Output tok/s of raw generation: free vs the task schema vs the grounded grammar, ``max_tokens`` 128."""
     engine = extractor.engine
@@ -522,7 +552,6 @@ def main() -> int:
     )
     sub.add_parser("serve").add_argument("--out", type=Path, required=True)
     sub.add_parser("load")
-    sub.add_parser("report")
     args = parser.parse_args()
     if args.command == "model":
         make_model(args.folder)
@@ -530,12 +559,8 @@ def main() -> int:
         asyncio.run(engine_phase(args.out, args.per_task, args.seed_per_task, args.parts.split(",")))
     elif args.command == "serve":
         serve_phase(args.out)
-    elif args.command == "load":
-        print(json.dumps(asyncio.run(_load(json.loads(sys.stdin.read())))))
     else:
-        from bench import gpu_report
-
-        gpu_report.write()
+        print(json.dumps(asyncio.run(_load(json.loads(sys.stdin.read())))))
     return 0
 
 

@@ -30,9 +30,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import answer_lengths, common, compact
+from bench import common, compact
 from bench.common import RESULTS
-from bench.gpu_bench import capped, free_at, mixed_pass, profiled
+from bench.gpu_bench import answer_lengths, capped, free_as, free_at, mixed_pass, profiled
 from extractor.engines import vllm_masks
 
 RUNS = tuple(RESULTS / "raw" / f"mask-fill-{n}.json" for n in ("0", "16", "16-skip"))
@@ -41,6 +41,56 @@ SAME_RUNS = tuple(sorted((RESULTS / "raw").glob("mask-fill-same-*.json")))
 # P1 (`bench.gpu_bench engine --per-task 100 --parts p1`) with EXTRACTOR_MASK_THREADS 0 and 16, one host, one
 # call; then, on another host, 16 with vLLM's grammar check per request (BENCH_VLLM_RECHECK=1) and skipped
 P1_RUNS = tuple(RESULTS / "raw" / f"gpu-p1-{n}.json" for n in ("pool0", "pool16", "recheck", "skip"))
+
+
+# the mask levers, one staging A-B-C-A on the H200 (``mask_levers.md``): one run per lever, numbered in order
+LEVER_RUNS = sorted(
+    (RESULTS / "raw").glob("mask-fill-levers-*.json"), key=lambda p: int(re.findall(r"-(\d+)-", p.name)[0])
+)
+
+
+def lever(run: dict[str, Any]) -> str:
+    """What a run changed from the engine as shipped (the pool of 16 threads on CUDA)."""
+    named = []
+    if run.get("mask_ahead"):
+        named.append("masks ahead (`EXTRACTOR_MASK_AHEAD=1`)")
+    if run.get("mask_staging"):
+        named.append("kept pinned staging (`EXTRACTOR_MASK_STAGING=1`)")
+    if run.get("replicas", 1) > 1:
+        named.append(f"{run['replicas']} engines (`EXTRACTOR_ENGINE_REPLICAS`)")
+    if run.get("mask_threads") != 16:
+        named.append(f"a pool of {run['mask_threads']} threads")
+    return ", ".join(named) or "as shipped"
+
+
+def _lever_rates(layout: dict[str, Any]) -> str:
+    schema, grounded = layout["schema"]["tok_s"], layout["grounded"]["tok_s"]
+    twins = layout["free_schema"]["tok_s"], layout["free_grounded"]["tok_s"]
+    return (
+        f"{layout['free']['tok_s']:,.0f} | {schema:,.0f} | **{schema / twins[0]:.2f}** "
+        f"| {grounded:,.0f} | **{grounded / twins[1]:.2f}**"
+    )
+
+
+def lever_table(paths: list[Path]) -> list[str]:
+    """One row per run: free, schema and grounded tok/s and P5 against free text of the same answers, both layouts."""
+    runs = [(p, json.loads(p.read_text(encoding="utf-8"))) for p in paths]
+    first = runs[0][1]["answer_lengths_digest"] if runs else {}
+    lines = [
+        "| # | run | per task: free tok/s | schema tok/s | P5 schema | grounded tok/s | P5 grounded "
+        "| mixed: free tok/s | schema tok/s | P5 schema | grounded tok/s | P5 grounded "
+        "| schema answers valid | answers' digest = run 1's | engine start s |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|",
+    ]
+    for number, (path, run) in enumerate(runs, 1):
+        same = run["answer_lengths_digest"] == first
+        valid = f"{run['per_task']['schema']['valid']} / {run['per_task']['schema']['docs']}"
+        lines.append(
+            f"| {number} | {lever(run)} (`raw/{path.name}`) | {_lever_rates(run['per_task'])} "
+            f"| {_lever_rates(run['mixed'])} "
+            f"| {valid} | {'yes' if same else '**no**'} | {run['engine_start_s']:.0f} |"
+        )
+    return lines
 
 
 def _who(threads: int, check: str | None) -> str:
@@ -78,8 +128,7 @@ async def measure(per_task: int) -> dict[str, Any]:
         await compact.raw_passes(engine, extractor, warm)
         # Each answer's length (untimed): the free twins of the same answers, and the old mean-cut free side
         lengths = {
-            side: await answer_lengths.answer_lengths(extractor, work, grounded=side == "grounded")
-            for side in ("schema", "grounded")
+            side: await answer_lengths(extractor, work, grounded=side == "grounded") for side in ("schema", "grounded")
         }
         matched = max(1, round(statistics.mean(lengths["schema"].values())))
         report["matched_tokens"] = matched
@@ -90,8 +139,8 @@ async def measure(per_task: int) -> dict[str, Any]:
         }
         free_sides = {
             "free": free_at(matched),
-            "free_schema": answer_lengths.free_as(lengths["schema"]),
-            "free_grounded": answer_lengths.free_as(lengths["grounded"]),
+            "free_schema": free_as(lengths["schema"]),
+            "free_grounded": free_as(lengths["grounded"]),
         }
         for layout in ("per_task", "mixed"):
             passes: dict[str, list[dict[str, Any]]] = {side: [] for side in (*free_sides, "schema", "grounded")}
@@ -451,9 +500,7 @@ async def profile(per_task: int, folder: Path) -> None:
     lines: list[str] = []
     try:
         await compact.raw_passes(extractor.engine, extractor, common.jobs(items, tasks, 4), grounded=True)
-        matched = max(
-            1, round(statistics.mean((await answer_lengths.answer_lengths(extractor, work, grounded=False)).values()))
-        )
+        matched = max(1, round(statistics.mean((await answer_lengths(extractor, work, grounded=False)).values())))
         for side in ("grounded", "free", "schema"):
             transform, grounded = (free_at(matched), False) if side == "free" else (capped, side == "grounded")
             with profiled(folder / f"pyspy-p5-{side}.txt", subprocesses=True):

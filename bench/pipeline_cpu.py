@@ -27,7 +27,7 @@ from collections.abc import AsyncGenerator, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import common, compact, stages
+from bench import common, compact
 from extractor import Extractor
 from extractor.config import Settings
 from extractor.engines.base import Generation, GenerationRequest, Message
@@ -117,7 +117,7 @@ async def main(per_task: int, top: int) -> dict[str, Any]:
     docs = summary["docs"]
     engine.spent.clear()
     engine.forget_prompts()
-    with stages.timed(engine) as spent:
+    with common.stage_times(engine) as spent:
         await compact.extractor_batches(extractor, work)
     spent.pop("generate (engine, overlapping)", None)
     parts = {**spent, **engine.spent}

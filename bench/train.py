@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import GOLD, RESULTS, ROOT, machine
-from bench.quality import per_intent_table
 from extractor import Catalog, Extractor, Settings
 from extractor.jobs.evaluation import evaluate
 from extractor.jobs.gold import load_gold, select, task_map
@@ -187,6 +186,16 @@ VARIANTS = {
     "merged": "merged model (`extractor model merge`), no examples",
     "merged_k3": "merged model + 3 retrieved examples",
 }
+
+
+def per_intent_table(rows: list[dict[str, Any]]) -> list[str]:
+    """ "Per-intent F1:" and a table, a row per variant (``variant`` and ``per_task``: task -> F1)."""
+    tasks = sorted({t for r in rows for t in r["per_task"]})
+    lines = ["Per-intent F1:", "", "| variant | " + " | ".join(t.removeprefix("snips_") for t in tasks) + " |"]
+    lines.append("|---|" + "---|" * len(tasks))
+    for r in rows:
+        lines.append(f"| {r['variant']} | " + " | ".join(f"{r['per_task'].get(t, 0):.3f}" for t in tasks) + " |")
+    return lines
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ done
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site ./*.whl
 export PYTHONPATH=/tmp/site PATH="/tmp/site/bin:$PATH"
 [ -f dev.jsonl ] && export BENCH_SNIPS_DIR=/tmp/stage  # SNIPS dev and pool, for bench/ and `extractor eval`
-if [ -f cluener-dev.jsonl ]; then  # CLUENER dev and pool, for bench.new_task
+if [ -f cluener-dev.jsonl ]; then  # CLUENER dev and pool, for bench.experiments.new_task
   mkdir -p cluener && mv cluener-dev.jsonl cluener/dev.jsonl && mv cluener-pool.jsonl cluener/pool.jsonl
 fi
 [ -f cluener/dev.jsonl ] && export BENCH_CLUENER_DIR=/tmp/stage/cluener

