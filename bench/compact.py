@@ -28,6 +28,7 @@ from extractor.engines.base import Engine, GenerationRequest, Message
 from extractor.jobs.batch import BatchConfig, run_batch
 from extractor.jobs.evaluation import evaluate
 from extractor.jobs.gold import GoldItem
+from extractor.options import ExtractOptions
 
 SEED_TRIES = 3
 
@@ -51,9 +52,9 @@ async def extractor_batches(
                 input=source,
                 output=out,
                 concurrency=common.CONCURRENCY,
-                temperature=common.TEMPERATURE,
-                grounded_decoding=grounded,
-                max_attempts=max_attempts,
+                options=ExtractOptions(
+                    temperature=common.TEMPERATURE, grounded_decoding=grounded, max_attempts=max_attempts
+                ),
             )
             summary = await run_batch(extractor, config)
             totals["docs"] += summary.rows

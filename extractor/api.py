@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import datetime
 import threading
 from collections.abc import AsyncIterator, Collection, Coroutine, Iterable, Sequence
 from contextlib import aclosing
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, Unpack, overload
 
 from pydantic import BaseModel
 
@@ -24,7 +23,7 @@ from extractor.documents.provenance import attach
 from extractor.engines import Engine, create_engine
 from extractor.engines.base import GenerationRequest
 from extractor.errors import ExtractionFailed, ExtractorError
-from extractor.grounding import GroundingPolicy
+from extractor.options import OptionArgs, Options, checked
 from extractor.results import ExtractionResult
 from extractor.typed import TypedModel
 
@@ -158,80 +157,39 @@ class Extractor:
 
     @overload
     async def aextract(
-        self,
-        task: str | Task,
-        text: str,
-        *,
-        output_type: None = None,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-        max_attempts: int | None = None,
-        grounding: GroundingPolicy | None = None,
-        chunk: bool | None = None,
-        grounded_decoding: bool | None = None,
-        reference_date: datetime.date | None = None,
+        self, task: str | Task, text: str, *, output_type: None = None, **options: Unpack[OptionArgs]
     ) -> ExtractionResult: ...
 
     @overload
     async def aextract(
-        self,
-        task: str | Task,
-        text: str,
-        *,
-        output_type: type[M],
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-        max_attempts: int | None = None,
-        grounding: GroundingPolicy | None = None,
-        chunk: bool | None = None,
-        grounded_decoding: bool | None = None,
-        reference_date: datetime.date | None = None,
+        self, task: str | Task, text: str, *, output_type: type[M], **options: Unpack[OptionArgs]
     ) -> M: ...
 
     async def aextract(
-        self,
-        task: str | Task,
-        text: str,
-        *,
-        output_type: type[M] | None = None,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-        max_attempts: int | None = None,
-        grounding: GroundingPolicy | None = None,
-        chunk: bool | None = None,
-        grounded_decoding: bool | None = None,
-        reference_date: datetime.date | None = None,
+        self, task: str | Task, text: str, *, output_type: type[M] | None = None, **options: Unpack[OptionArgs]
     ) -> ExtractionResult | M:
         """Extract one text. With ``output_type``, return the data as that pydantic model.
 
-        Options left None take the task's setting (``x-extractor``), then the global one:
-        ``grounding`` (strict, flag or off); ``chunk`` (split a text too long for the model
-        window into overlapping chunks instead of failing with TextTooLongError);
-        ``grounded_decoding`` (True: constrain every grounded string field to spans of the
-        text while decoding; False: not even fields marked ``x-extractive``); ``reference_date``
-        (what a relative date in a typed value, "next Friday", is read against; None: today,
-        with a note in the result). ``task`` may be a
-        :class:`Task` already looked up (the version a caller checked is the one that runs).
+        ``options`` (:class:`~extractor.options.ExtractOptions`' fields) left None take the task's
+        setting (``x-extractor``), then the global one: ``temperature``; ``max_attempts`` (1 to 3);
+        ``max_tokens`` (1 to 8192); ``grounding`` (strict, flag or off); ``chunk`` (split a text too
+        long for the model window into overlapping chunks instead of failing with TextTooLongError);
+        ``grounded_decoding`` (True: constrain every grounded string field to spans of the text while
+        decoding; False: not even fields marked ``x-extractive``); ``reference_date`` (what a relative
+        date in a typed value, "next Friday", is read against; None: today, with a note in the
+        result). A bad option raises :class:`~extractor.errors.InputError` naming it. ``task`` may be
+        a :class:`Task` already looked up (the version a caller checked is the one that runs).
         """
         spec = task if isinstance(task, Task) else self.task(task)
-        options = pipeline.Options(
-            temperature=temperature,
-            max_tokens=max_tokens,
-            max_attempts=max_attempts,
-            grounding=grounding,
-            chunk=chunk,
-            grounded_decoding=grounded_decoding,
-            reference_date=reference_date,
-        )
-        result = await self.arun(spec, text, options=options)
+        result = await self.arun(spec, text, options=checked(options))
         if output_type is not None:
             return output_type.model_validate(result.data)
         return result
 
-    async def arun(self, task: Task, text: str, *, options: pipeline.Options | None = None) -> ExtractionResult:
+    async def arun(self, task: Task, text: str, *, options: Options | None = None) -> ExtractionResult:
         """Extract with a task object: a catalog task, or one built in memory (``tasks.task_from_schema``)."""
         await self.astart()
-        engine, chosen = self.engine_for(task), options or pipeline.Options()
+        engine, chosen = self.engine_for(task), options or Options()
         if engine is not self.engine:  # a model of its own, which a task may have named since the start
             await engine.start()
         try:
@@ -244,9 +202,21 @@ class Extractor:
         result.task_version = task.version
         return result
 
-    def extract(self, task: str, text: str, **options: Any) -> Any:
+    @overload
+    def extract(
+        self, task: str | Task, text: str, *, output_type: None = None, **options: Unpack[OptionArgs]
+    ) -> ExtractionResult: ...
+
+    @overload
+    def extract(self, task: str | Task, text: str, *, output_type: type[M], **options: Unpack[OptionArgs]) -> M: ...
+
+    def extract(
+        self, task: str | Task, text: str, *, output_type: type[M] | None = None, **options: Unpack[OptionArgs]
+    ) -> ExtractionResult | M:
         """Blocking :meth:`aextract` (same arguments)."""
-        return _run_sync(self.aextract(task, text, **options))
+        if output_type is None:
+            return _run_sync(self.aextract(task, text, **options))
+        return _run_sync(self.aextract(task, text, output_type=output_type, **options))
 
     def read_document(
         self,
@@ -270,7 +240,7 @@ class Extractor:
         *,
         media_type: str | None = None,
         name: str | None = None,
-        options: pipeline.Options | None = None,
+        options: Options | None = None,
     ) -> ExtractionResult:
         """Extract from a document: a PDF, HTML, DOCX or text file's path, its bytes, or a converted :class:`Document`.
 
@@ -297,15 +267,15 @@ class Extractor:
         *,
         media_type: str | None = None,
         name: str | None = None,
-        **options: Any,
+        **options: Unpack[OptionArgs],
     ) -> ExtractionResult:
         """Blocking :meth:`aextract_document`; ``options`` as :meth:`aextract`'s (temperature, chunk, ...)."""
         return _run_sync(
-            self.aextract_document(task, source, media_type=media_type, name=name, options=pipeline.Options(**options))
+            self.aextract_document(task, source, media_type=media_type, name=name, options=checked(options))
         )
 
     async def aextract_many(
-        self, task: str, texts: Iterable[str], *, concurrency: int = 64, **options: Any
+        self, task: str, texts: Iterable[str], *, concurrency: int = 64, **options: Unpack[OptionArgs]
     ) -> list[ExtractionResult | ExtractorError]:
         """Extract many texts concurrently (vLLM batches them); one result or error per text, in order."""
         self.task(task)
@@ -322,7 +292,9 @@ class Extractor:
 
         return list(await asyncio.gather(*(one(t) for t in texts)))
 
-    def extract_many(self, task: str, texts: Sequence[str], **options: Any) -> list[ExtractionResult | ExtractorError]:
+    def extract_many(
+        self, task: str, texts: Sequence[str], **options: Unpack[OptionArgs]
+    ) -> list[ExtractionResult | ExtractorError]:
         """Blocking :meth:`aextract_many`."""
         return _run_sync(self.aextract_many(task, texts, **options))
 
@@ -461,14 +433,36 @@ def default_extractor() -> Extractor:
         return _default
 
 
-def extract(task: str, text: str, **options: Any) -> Any:
-    """Extract ``task`` from ``text`` with the process-wide :class:`Extractor`."""
-    return default_extractor().extract(task, text, **options)
+@overload
+def extract(task: str, text: str, *, output_type: None = None, **options: Unpack[OptionArgs]) -> ExtractionResult: ...
 
 
-async def aextract(task: str, text: str, **options: Any) -> Any:
+@overload
+def extract(task: str, text: str, *, output_type: type[M], **options: Unpack[OptionArgs]) -> M: ...
+
+
+def extract(
+    task: str, text: str, *, output_type: type[M] | None = None, **options: Unpack[OptionArgs]
+) -> ExtractionResult | M:
+    """Extract ``task`` from ``text`` with the process-wide :class:`Extractor` (as :meth:`Extractor.extract`)."""
+    return default_extractor().extract(task, text, output_type=output_type, **options)
+
+
+@overload
+async def aextract(
+    task: str, text: str, *, output_type: None = None, **options: Unpack[OptionArgs]
+) -> ExtractionResult: ...
+
+
+@overload
+async def aextract(task: str, text: str, *, output_type: type[M], **options: Unpack[OptionArgs]) -> M: ...
+
+
+async def aextract(
+    task: str, text: str, *, output_type: type[M] | None = None, **options: Unpack[OptionArgs]
+) -> ExtractionResult | M:
     """Async :func:`extract`."""
-    return await default_extractor().aextract(task, text, **options)
+    return await default_extractor().aextract(task, text, output_type=output_type, **options)
 
 
 def _lora_settings(settings: Settings, catalog: Catalog) -> Settings:

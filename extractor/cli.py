@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from extractor.api import Extractor
     from extractor.documents import Document
     from extractor.jobs.gold import GoldItem
+    from extractor.options import OptionArgs
 
 _SETTING_HELP = {
     "home": "cache folder for converted models (EXTRACTOR_HOME)",
@@ -117,6 +118,19 @@ def _reference_date(value: str) -> datetime.date:
         raise argparse.ArgumentTypeError(f"{value!r} is not a date: write YYYY-MM-DD") from None
 
 
+def _options(args: argparse.Namespace) -> OptionArgs:
+    """The extraction options given on the command line (None: the task's setting, then the global one)."""
+    return {
+        "temperature": args.temperature,
+        "max_attempts": args.max_attempts,
+        "max_tokens": args.max_tokens,
+        "grounding": args.grounding,
+        "chunk": args.chunk,
+        "grounded_decoding": args.grounded_decoding,
+        "reference_date": args.reference_date,
+    }
+
+
 def _add_reference_date(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--reference-date",
@@ -186,15 +200,7 @@ def _cmd_extract(args: argparse.Namespace) -> int:
     # The engine logs while it starts, works and shuts down: all of it inside the redirect.
     with _engine_output_to_stderr():
         try:
-            options = {
-                "temperature": args.temperature,
-                "max_attempts": args.max_attempts,
-                "max_tokens": args.max_tokens,
-                "grounding": args.grounding,
-                "chunk": args.chunk,
-                "grounded_decoding": args.grounded_decoding,
-                "reference_date": args.reference_date,
-            }
+            options = _options(args)
             if document is not None and document.media_type != TEXT:
                 result = extractor.extract_document(args.task, document, **options)
             else:
@@ -377,18 +383,14 @@ def _cmd_batch(args: argparse.Namespace) -> int:
 
 def _row_options(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     """What a batch on one machine and one on Ray both take from the command line."""
+    from extractor import options
+
     return {
         "text_field": args.text_field,
         "id_field": args.id_field,
         "max_chars": args.max_chars or settings.max_text_chars,
         "concurrency": args.concurrency or settings.max_num_seqs,
-        "temperature": args.temperature,
-        "max_tokens": args.max_tokens,
-        "max_attempts": args.max_attempts,
-        "grounding": args.grounding,
-        "grounded_decoding": args.grounded_decoding,
-        "chunk": args.chunk,
-        "reference_date": args.reference_date,
+        "options": options.checked(_options(args)),
     }
 
 
@@ -436,15 +438,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     )
     items = gold.select(items, per_task=args.per_task, limit=args.limit)
     items = _pool_overlap(extractor, items, exclude=args.exclude_pool_overlap)
-    options = {
-        "temperature": args.temperature,
-        "max_tokens": args.max_tokens,
-        "max_attempts": args.max_attempts,
-        "grounding": args.grounding,
-        "grounded_decoding": args.grounded_decoding,
-        "chunk": args.chunk,
-        "reference_date": args.reference_date,
-    }
+    options = _options(args)
     with _engine_output_to_stderr():
         report, predictions = evaluation.run(
             extractor,

@@ -29,6 +29,7 @@ from extractor.constraints.grounded_decoding import Constrained as Constraint
 from extractor.engines.base import Engine, Generation, GenerationRequest
 from extractor.errors import ChunkedExtractionFailed, ExtractionFailed, InputError, TextTooLongError
 from extractor.grounding import GroundingPolicy, Span
+from extractor.options import Options
 from extractor.parsing import Parsed, parse, parse_and_validate, validate
 from extractor.results import Attempt, ChunkModel, ExtractionResult, SpanModel, Usage
 from extractor.review import agreement, confidence
@@ -41,24 +42,6 @@ MIN_CHUNK_CHARS = 32
 # A re-ask whose previous answer does not fit the window carries each problem up to this long.
 MAX_FEEDBACK_CHARS = 300
 DEFAULT_OVERLAP_CHARS = 200
-
-
-@dataclass(frozen=True)
-class Options:
-    """Per-request overrides; None falls back to the task's setting, then the global one."""
-
-    temperature: float | None = None
-    max_tokens: int | None = None
-    max_attempts: int | None = None
-    grounding: GroundingPolicy | None = None
-    chunk: bool | None = None
-    grounded_decoding: bool | None = None
-    # Sampling passed through to the engine as asked (the OpenAI front's top_p, seed, stop).
-    top_p: float | None = None
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-    # What a relative date in a typed value ("next Friday", "下周五") is read against (None: today, with a note).
-    reference_date: dt.date | None = None
 
 
 @dataclass(frozen=True)
@@ -180,14 +163,14 @@ async def run(
     *,
     engine: Engine,
     settings: Settings,
-    options: Options = Options(),
+    options: Options | None = None,
     typed: TypedModel | None = None,
 ) -> ExtractionResult:
     """Extract ``task`` from ``text``; raise :class:`ExtractionFailed` with every attempt."""
     if not isinstance(text, str) or not text.strip():
         raise InputError("text is empty: pass the text to extract from")
     task = served(task, settings)
-    p, clamped = fitted(task, text, plan(task, options, settings), engine)
+    p, clamped = fitted(task, text, plan(task, options or Options(), settings), engine)
     started = time.perf_counter()
     pieces = split_for(task, text, p, engine) if p.chunking is not None else None
     if pieces is None:

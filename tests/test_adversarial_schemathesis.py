@@ -26,10 +26,12 @@ def test_schemathesis_finds_nothing(tmp_path: Path) -> None:
             shutil.copytree(repo_root() / folder, catalog / folder)
     with served(tmp_path, tasks_dir=catalog) as (_, url):
         command = [sys.executable, "-m", "schemathesis.cli", "--config-file", str(repo_root() / "schemathesis.toml")]
-        command += ["run", f"{url}/openapi.json", "--checks", "all", "--max-examples", "60", "--seed", "1"]
+        # 100 examples, seed 1: against the routes before issue 52 this config and hook fail on an empty cursor,
+        # a content that is not base64 (with an undeclared media type in the same case) and /v1's n: 0.
+        command += ["run", f"{url}/openapi.json", "--checks", "all", "--max-examples", "100", "--seed", "1"]
         command += ["--output-sanitize", "false", "--no-color"]
         env = {**os.environ, "PYTHONPATH": str(repo_root()), "SCHEMATHESIS_HOOKS": "tests.schemathesis_hooks"}
-        done = subprocess.run(command, cwd=repo_root(), env=env, capture_output=True, text=True, timeout=300)
+        done = subprocess.run(command, cwd=repo_root(), env=env, capture_output=True, text=True, timeout=400)
     report = done.stdout + done.stderr
     assert done.returncode == 0, report[-6000:]
     assert "No issues found" in report or "passed" in report, report[-3000:]

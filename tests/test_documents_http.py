@@ -151,3 +151,51 @@ async def test_document_limits_are_a_413_naming_the_setting(
 async def test_unknown_task_is_404_before_any_conversion(client: httpx.AsyncClient) -> None:
     response = await client.post("/extract/nope", files={"file": ("x.pdf", b"%PDF-1.7 broken", "application/pdf")})
     assert response.status_code == 404
+
+
+@pytest.mark.parametrize(
+    "declared",
+    [
+        "",
+        "text/plain",
+        " TEXT/Html ; charset=utf-8",
+        "application/octet-stream",
+        "text/markdown",
+        "image/png",
+        "text/plain\n;x",
+        "text/plainx",
+        "application/pdf ;",
+        "\x1ctext/plain",
+        "pdf",
+    ],
+)
+def test_the_documents_media_type_pattern_is_what_the_reader_takes(declared: str) -> None:
+    import re
+
+    from extractor.documents.sniffing import media_type_of
+    from extractor.errors import UnsupportedDocumentError
+    from extractor.server.protocol import MEDIA_TYPE
+
+    try:
+        media_type_of(b"hello", declared=declared)
+        read = True
+    except UnsupportedDocumentError:
+        read = False
+    assert (re.fullmatch(MEDIA_TYPE, declared) is not None) == read
+
+
+@pytest.mark.parametrize(
+    "content", ["", "AAAA", "AA==", "AAA=", "AAA", "A===", "AA=A", "not base64!", "AAAA\n", "+/+/"]
+)
+def test_the_documents_base64_pattern_is_what_the_decoder_takes(content: str) -> None:
+    import binascii
+    import re
+
+    from extractor.server.protocol import BASE64
+
+    try:
+        base64.b64decode(content, validate=True)
+        decoded = True
+    except (binascii.Error, ValueError):
+        decoded = False
+    assert (re.fullmatch(BASE64, content) is not None) == decoded

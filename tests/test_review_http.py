@@ -296,6 +296,8 @@ async def test_unknown_items_and_bad_parameters(sqlite_client: httpx.AsyncClient
         assert response.status_code == 422 and response.json()["message"].startswith("the request is invalid")
     bad_cursor = await sqlite_client.get("/review", params={"cursor": "abc"})
     assert bad_cursor.status_code == 422 and "cursor: not a next_cursor" in bad_cursor.json()["message"]
+    empty_cursor = await sqlite_client.get("/review", params={"cursor": ""})  # a form's empty field: the first page
+    assert empty_cursor.status_code == 200 and empty_cursor.json() == (await sqlite_client.get("/review")).json()
     assert (await sqlite_client.get("/review/abc")).status_code == 422
     no_data = await sqlite_client.post("/review/1/correct", json={})
     assert no_data.status_code == 422 and "data" in no_data.json()["message"]

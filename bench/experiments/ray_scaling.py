@@ -36,6 +36,7 @@ from bench.common import write_table
 from extractor.config import Settings, repo_root
 from extractor.jobs.batch import RecordStats
 from extractor.jobs.progress import Progress
+from extractor.options import ExtractOptions
 from extractor.scale import ray_batch
 from extractor.scale.shards import ShardedOutput
 
@@ -82,7 +83,7 @@ def _pipeline(folder: Path, *, actors: int, rows: int, latency: float, concurren
         actors=actors,
         cpus_per_actor=0.1,  # logical: 16 actors share the machine's cores
         concurrency=concurrency,
-        grounding="off",
+        options=ExtractOptions(grounding="off"),
     )
     clock = _Clock()
     summary = ray_batch.run(config, settings=settings, progress=clock)

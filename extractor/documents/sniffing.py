@@ -18,7 +18,7 @@ _SUFFIXES = {
     ".text": TEXT,
     ".md": TEXT,
 }
-_ALIASES = {"application/xhtml+xml": HTML, "text/markdown": TEXT}
+MEDIA_TYPE_ALIASES = {"application/xhtml+xml": HTML, "text/markdown": TEXT}
 SUPPORTED = "PDF (application/pdf), HTML (text/html), DOCX (" + DOCX + ") or UTF-8 text (text/plain)"
 
 
@@ -26,7 +26,7 @@ def _declared(media_type: str | None) -> str | None:
     if not media_type:
         return None
     base = media_type.split(";", 1)[0].strip().lower()
-    base = _ALIASES.get(base, base)
+    base = MEDIA_TYPE_ALIASES.get(base, base)
     if base == "application/octet-stream":
         return None
     if base not in MEDIA_TYPES:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import json
 import signal
 import time
@@ -18,7 +17,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from extractor import pipeline
 from extractor.api import Extractor
 from extractor.errors import (
     DocumentError,
@@ -28,7 +26,6 @@ from extractor.errors import (
     ExtractorError,
     TextTooLongError,
 )
-from extractor.grounding import GroundingPolicy
 from extractor.jobs.journal import Journal, write_atomic
 from extractor.jobs.progress import Progress
 from extractor.jobs.rows import (
@@ -42,6 +39,7 @@ from extractor.jobs.rows import (
     read_rows,
     row_key,
 )
+from extractor.options import ExtractOptions, Options
 from extractor.results import ExtractionResult
 
 
@@ -58,13 +56,8 @@ class BatchConfig:
     concurrency: int = 64
     chunk_rows: int = 64
     flush_interval_s: float = 1.0
-    temperature: float | None = None
-    max_tokens: int | None = None
-    max_attempts: int | None = None
-    grounding: GroundingPolicy | None = None
-    grounded_decoding: bool | None = None
-    chunk: bool | None = None
-    reference_date: dt.date | None = None  # lines without their own reference_date
+    # each row's options (a line's own reference_date stands over this one's)
+    options: ExtractOptions = field(default_factory=ExtractOptions)
 
 
 class RowOptions(Protocol):
@@ -73,19 +66,7 @@ class RowOptions(Protocol):
     @property
     def task(self) -> str: ...
     @property
-    def temperature(self) -> float | None: ...
-    @property
-    def max_tokens(self) -> int | None: ...
-    @property
-    def max_attempts(self) -> int | None: ...
-    @property
-    def grounding(self) -> GroundingPolicy | None: ...
-    @property
-    def grounded_decoding(self) -> bool | None: ...
-    @property
-    def chunk(self) -> bool | None: ...
-    @property
-    def reference_date(self) -> dt.date | None: ...
+    def options(self) -> ExtractOptions: ...
 
 
 @dataclass(frozen=True)
@@ -231,29 +212,13 @@ def result_record(row: Row, result: ExtractionResult) -> dict[str, Any]:
 async def extract_row(extractor: Extractor, config: RowOptions, row: Row) -> dict[str, Any]:
     """Extract one row (a text, or a document of a folder) into its record; only an engine failure raises."""
     try:
+        options = config.options
+        if row.reference_date is not None:
+            options = options.model_copy(update={"reference_date": row.reference_date})
         if row.document is not None:
-            options = pipeline.Options(
-                temperature=config.temperature,
-                max_tokens=config.max_tokens,
-                max_attempts=config.max_attempts,
-                grounding=config.grounding,
-                grounded_decoding=config.grounded_decoding,
-                chunk=config.chunk,
-                reference_date=row.reference_date or config.reference_date,
-            )
-            result = await extractor.aextract_document(config.task, row.document, options=options)
+            result = await extractor.aextract_document(config.task, row.document, options=Options.of(options))
         else:
-            result = await extractor.aextract(
-                config.task,
-                row.text,
-                temperature=config.temperature,
-                max_tokens=config.max_tokens,
-                max_attempts=config.max_attempts,
-                grounding=config.grounding,
-                grounded_decoding=config.grounded_decoding,
-                chunk=config.chunk,
-                reference_date=row.reference_date or config.reference_date,
-            )
+            result = await extractor.arun(extractor.task(config.task), row.text, options=Options.of(options))
     except ExtractionFailed as error:
         attempts = [a.model_dump(mode="json") for a in error.attempts]
         return error_record(row, "extraction_failed", str(error), attempts)

@@ -20,6 +20,7 @@ from extractor.jobs.gold import GoldItem
 from extractor.jobs.journal import write_atomic
 from extractor.jobs.metrics import Counts, compare, total
 from extractor.jobs.progress import Progress
+from extractor.options import OptionArgs
 from extractor.results import Attempt, ExtractionResult
 from extractor.review import calibration, fitting
 
@@ -133,7 +134,7 @@ class Prediction:
         }
 
 
-async def predict(extractor: Extractor, item: GoldItem, options: Mapping[str, Any] | None = None) -> Prediction:
+async def predict(extractor: Extractor, item: GoldItem, options: OptionArgs | None = None) -> Prediction:
     """Extract one gold line; a failed extraction is a prediction with no data.
 
     ``options`` are :meth:`Extractor.aextract`'s keyword arguments (temperature, max_tokens, ...).
@@ -164,7 +165,7 @@ async def evaluate(
     items: Sequence[GoldItem],
     *,
     concurrency: int = 64,
-    options: Mapping[str, Any] | None = None,
+    options: OptionArgs | None = None,
     progress: Progress | None = None,
 ) -> tuple[dict[str, Any], list[Prediction]]:
     """Run every item (``concurrency`` at once) and return the report and the predictions."""
@@ -193,7 +194,7 @@ def run(
     items: Sequence[GoldItem],
     *,
     concurrency: int = 64,
-    options: Mapping[str, Any] | None = None,
+    options: OptionArgs | None = None,
     progress: Progress | None = None,
 ) -> tuple[dict[str, Any], list[Prediction]]:
     """Blocking :func:`evaluate` that closes the extractor at the end."""

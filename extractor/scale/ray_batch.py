@@ -19,14 +19,13 @@ Ray is imported here only (``pip install 'extractor[ray]'``).
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import json
 import os
 import re
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -34,7 +33,6 @@ from extractor.api import Extractor
 from extractor.config import Settings
 from extractor.engines import Engine
 from extractor.errors import ExtractorError
-from extractor.grounding import GroundingPolicy
 from extractor.jobs.batch import (
     BatchInterruptedError,
     BatchSummary,
@@ -45,6 +43,7 @@ from extractor.jobs.batch import (
 )
 from extractor.jobs.progress import Progress
 from extractor.jobs.rows import DEFAULT_MAX_CHARS, BadRow, Row, count_lines, read_rows
+from extractor.options import ExtractOptions
 from extractor.scale.shards import ShardedOutput, record_key
 
 if TYPE_CHECKING:
@@ -74,13 +73,7 @@ class RayBatchConfig:
     text_field: str = "text"
     id_field: str = "id"
     max_chars: int = DEFAULT_MAX_CHARS
-    temperature: float | None = None
-    max_tokens: int | None = None
-    max_attempts: int | None = None
-    grounding: GroundingPolicy | None = None
-    grounded_decoding: bool | None = None
-    chunk: bool | None = None
-    reference_date: dt.date | None = None
+    options: ExtractOptions = field(default_factory=ExtractOptions)  # each row's (a line's reference_date first)
 
     @property
     def rows_per_call(self) -> int:

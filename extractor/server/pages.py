@@ -22,8 +22,11 @@ router = APIRouter()
 _BODY: dict[str, Any] = {
     "requestBody": {
         "required": True,
-        # any content type: the content itself says whether it is a PDF
-        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+        "description": "the PDF itself, as uploaded for extraction (its content decides, not its content-type)",
+        "content": {
+            kind: {"schema": {"type": "string", "format": "binary", "contentMediaType": "application/pdf"}}
+            for kind in ("application/pdf", "application/octet-stream")
+        },
     }
 }
 
@@ -35,15 +38,18 @@ _BODY: dict[str, Any] = {
     responses={
         200: {"content": {"image/png": {}}, "description": "the page, drawn"},
         413: {"model": ErrorOut, "description": "body over the limit, or more pages than the limit"},
-        415: {"model": ErrorOut, "description": "not a PDF"},
-        422: {"model": ErrorOut, "description": "an unreadable or encrypted PDF, or no such page"},
+        415: {"model": ErrorOut, "description": "a zip or legacy Office file, not a PDF"},
+        422: {
+            "model": ErrorOut,
+            "description": "a body that is not a PDF (bad_document), an unreadable or encrypted PDF, or no such page",
+        },
     },
 )
 async def page_image(request: Request, page: int = Path(ge=1, le=100_000)) -> Response:
     """Page ``page`` (1-based) of the PDF sent as the body, as a PNG."""
     data = await request.body()
     if documents.media_type_of(data, declared=request.headers.get("content-type")) != documents.PDF:
-        raise DocumentError("send the PDF itself as the body (content-type: application/pdf)")
+        raise DocumentError("the body is not a PDF: send the PDF itself as the body (content-type: application/pdf)")
     limits = documents.Limits.from_settings(request.app.state.extractor.settings)
     image = await asyncio.to_thread(render_page, data, page=page, limits=limits)
     return Response(image, media_type="image/png", headers={"cache-control": "no-store"})

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import datetime as _dt
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
+from extractor.documents.model import MEDIA_TYPES
+from extractor.documents.sniffing import MEDIA_TYPE_ALIASES
+from extractor.options import ExtractOptions, TokenCount, whole_number
 from extractor.results import Attempt, ExtractionResult
 
 # Every request body is strict, on every route: a value of the wrong JSON type is a 422 naming the
@@ -16,48 +18,29 @@ from extractor.results import Attempt, ExtractionResult
 STRICT = ConfigDict(extra="forbid", strict=True)
 
 
-def _integral(value: Any) -> Any:
-    # JSON Schema's integer is a number with no fractional part: 3.0 is one, as the document says.
-    return int(value) if isinstance(value, float) and value.is_integer() else value
-
-
-Integer = Annotated[int, BeforeValidator(_integral)]
-AttemptCount = Annotated[int, Field(ge=1, le=3), BeforeValidator(_integral)]
-TokenCount = Annotated[int, Field(ge=1, le=8192), BeforeValidator(_integral)]
+Integer = Annotated[int, BeforeValidator(whole_number)]
 # Within a database integer, and exact as a JSON number everywhere (2**53 - 1): larger is a bad body, not an overflow.
-ItemVersion = Annotated[int, Field(ge=1, le=2**53 - 1), BeforeValidator(_integral)]
+ItemVersion = Annotated[int, Field(ge=1, le=2**53 - 1), BeforeValidator(whole_number)]
 # A JSON array is the wire form of a tuple (strict mode alone takes tuples only); its items stay strict.
 Turn = Annotated[tuple[str, str], BeforeValidator(lambda v: tuple(v) if isinstance(v, list) else v)]
 
 
-class ExtractOptions(BaseModel):
-    """Per-request overrides of the task's settings."""
+_ESCAPED = {".": r"\.", "+": r"\+"}  # the rest of a media type's punctuation is literal in ECMA-262 and Python
 
-    model_config = STRICT
 
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    max_attempts: AttemptCount | None = None
-    max_tokens: TokenCount | None = None
-    grounding: Literal["strict", "flag", "off"] | None = None
-    chunk: bool | None = Field(
-        default=None, description="split a text longer than the window (None: the task's setting)"
-    )
-    grounded_decoding: bool | None = Field(
-        default=None, description="decode grounded string fields as spans of the text (None: the task's setting)"
-    )
-    reference_date: _dt.date | None = Field(
-        default=None,
-        strict=False,  # JSON has no date type: YYYY-MM-DD strings are read as dates
-        description="what a relative date in a typed value ('next Friday', '下周五') is read against, YYYY-MM-DD "
-        "(None: today's date, and the result says so in a note)",
-    )
+def _any_case(text: str) -> str:
+    # JSON Schema's patterns take no flags: each letter matches either case, as a media type does.
+    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else _ESCAPED.get(c, c) for c in text)
 
-    @field_validator("reference_date", mode="before")
-    @classmethod
-    def _iso_date(cls, value: Any) -> Any:
-        if value is not None and not isinstance(value, str | _dt.date):
-            raise ValueError("write the reference date as a string, YYYY-MM-DD")
-        return value
+
+# What `base64.b64decode(validate=True)` takes: the service's check; here for the document to declare it.
+BASE64 = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+# What `documents.sniffing` reads a declared type as (any case, parameters after `;`); "" is no type.
+MEDIA_TYPE = (
+    r"^(?:\s*(?:"
+    + "|".join(_any_case(t) for t in (*MEDIA_TYPES, *MEDIA_TYPE_ALIASES, "application/octet-stream"))
+    + r")\s*(?:;[\s\S]*)?)?$"
+)
 
 
 class DocumentIn(BaseModel):
@@ -65,12 +48,19 @@ class DocumentIn(BaseModel):
 
     model_config = STRICT
 
-    content: str = Field(min_length=1, description="the file's bytes, base64 (RFC 4648, with padding)")
+    content: str = Field(
+        min_length=1,
+        description="the file's bytes, base64 (RFC 4648, with padding)",
+        json_schema_extra={"pattern": BASE64},  # checked where it is decoded: a 422 naming document.content
+    )
     media_type: str | None = Field(
         default=None,
         max_length=200,
         description="application/pdf, text/html, application/vnd.openxmlformats-officedocument."
-        "wordprocessingml.document or text/plain; null: told by the content (and `name`)",
+        "wordprocessingml.document or text/plain (any case, with parameters; application/xhtml+xml, "
+        "text/markdown and application/octet-stream too); null or empty: told by the content (and `name`); "
+        "another type is a 415",
+        json_schema_extra={"pattern": MEDIA_TYPE},  # checked where the document is read, as for an upload's part
     )
     name: str | None = Field(default=None, max_length=255, description="the file's name, echoed in the result")
 
@@ -124,6 +114,17 @@ class ExtractOut(ExtractionResult):
     )
 
 
+def _unpatterned(schema: dict[str, Any]) -> None:
+    for field in schema.get("properties", {}).values():
+        field.pop("pattern", None)
+
+
+class BatchDocumentIn(DocumentIn):
+    """A batch item's document: its content and media type are checked as the item runs, an error of that item."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_unpatterned)
+
+
 class BatchItem(BaseModel):
     """One text of a batch. Problems with the text itself become this item's error record."""
 
@@ -131,7 +132,10 @@ class BatchItem(BaseModel):
 
     id: str | Integer | None = Field(default=None, description="echoed in the item's result, for matching")
     text: str | SkipJsonSchema[None] = None
-    document: DocumentIn | SkipJsonSchema[None] = Field(default=None, description="a document instead of `text`")
+    document: BatchDocumentIn | SkipJsonSchema[None] = Field(
+        default=None,
+        description="a document instead of `text`; one that cannot be read is this item's error (415, 422)",
+    )
 
     _present = field_validator("text", "document", mode="before")(_not_null)
 

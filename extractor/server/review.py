@@ -76,10 +76,15 @@ async def review_queue(
     below: Annotated[float | None, Query(ge=0, le=1, description="only items with a confidence under this")] = None,
     order: Annotated[Order, Query(description="newest first, or the least confident first")] = "newest",
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
-    cursor: Annotated[str | None, Query(description="the previous page's next_cursor (same order)")] = None,
+    cursor: Annotated[
+        str | None, Query(description="the previous page's next_cursor (same order); empty: the first page")
+    ] = None,
 ) -> ReviewPageOut:
     """The review queue, filtered and paged."""
-    page = await _desk(request).page(task=task, status=status, below=below, order=order, limit=limit, cursor=cursor)
+    # `?cursor=` is what a client sends for "no cursor yet" (a form field left empty)
+    page = await _desk(request).page(
+        task=task, status=status, below=below, order=order, limit=limit, cursor=cursor or None
+    )
     return ReviewPageOut(items=[_out(i) for i in page.items], next_cursor=page.next_cursor)
 
 

@@ -32,12 +32,12 @@ from extractor.errors import (
     TaskNotLoadedError,
     UnknownTaskError,
 )
-from extractor.pipeline import Options
+from extractor.options import ExtractOptions, Options
 from extractor.results import ExtractionResult
 from extractor.review.store import ReviewStore
 from extractor.server.admission import Admission, Ticket
 from extractor.server.metrics import Metrics
-from extractor.server.protocol import BatchItem, ChatRequest, DocumentIn, ExtractOptions
+from extractor.server.protocol import BatchItem, ChatRequest, DocumentIn
 
 log = logging.getLogger("extractor.server")
 CANARY = GenerationRequest(messages=[{"role": "user", "content": "ping"}], temperature=0.0, max_tokens=1)
@@ -365,17 +365,8 @@ class Service:
             return await self._run_task(task, text, options, label=label, deadline=self._deadline())
 
     async def _run(self, spec: Task, text: str, options: ExtractOptions, *, deadline: float) -> ExtractionResult:
-        overrides = Options(
-            temperature=options.temperature,
-            max_tokens=options.max_tokens,
-            max_attempts=options.max_attempts,
-            grounding=options.grounding,
-            chunk=options.chunk,
-            grounded_decoding=options.grounded_decoding,
-            reference_date=options.reference_date,
-        )
         # the task looked up once per request: a reload mid-request does not change its version
-        return await self._run_task(spec, text, overrides, label=spec.name, deadline=deadline)
+        return await self._run_task(spec, text, Options.of(options), label=spec.name, deadline=deadline)
 
     async def _run_task(
         self, task: Task, text: str, options: Options, *, label: str, deadline: float

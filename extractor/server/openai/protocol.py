@@ -10,8 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from extractor.options import ExtractOptions
 from extractor.results import Attempt, SpanModel
-from extractor.server.protocol import ExtractOptions
 
 _LOOSE = ConfigDict(extra="ignore")
 
@@ -141,7 +141,8 @@ class ChatCompletionRequest(BaseModel):
     top_p: float | None = Field(default=None, gt=0, le=1)
     seed: int | None = None
     stop: str | list[str] | None = None
-    n: int | None = None
+    # one choice only: the document says so, and the translation's 400 says why (n=1 or leave it out)
+    n: int | None = Field(default=None, json_schema_extra={"minimum": 1, "maximum": 1})
     stream: bool = False
     stream_options: StreamOptionsIn | None = None
     # extractor's own options (``extra_body={"extractor": {...}}``): attempts, grounding, ...

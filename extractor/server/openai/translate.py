@@ -23,7 +23,7 @@ from extractor.errors import (
     TaskError,
     UnknownTaskError,
 )
-from extractor.pipeline import Options
+from extractor.options import ExtractOptions, Options
 from extractor.results import ExtractionResult
 from extractor.server.errors import error_body as service_error_body
 from extractor.server.errors import error_headers
@@ -163,15 +163,11 @@ def plan(body: ChatCompletionRequest, *, catalog: dict[str, Task], engine_model:
     """The job a request asks for; 400 for what extractor cannot do, 404 for an unknown model."""
     if body.n not in (None, 1):
         raise BadRequestError("n: extractor answers one choice; send n=1 or leave it out", param="n")
-    extra = body.extractor
-    options = Options(
+    # temperature and max_tokens are OpenAI's own fields: the extension's copies of them are not read
+    options = Options.of(
+        body.extractor or ExtractOptions(),
         temperature=body.temperature,
         max_tokens=body.max_completion_tokens or body.max_tokens,
-        max_attempts=extra.max_attempts if extra else None,
-        grounding=extra.grounding if extra else None,
-        chunk=extra.chunk if extra else None,
-        grounded_decoding=extra.grounded_decoding if extra else None,
-        reference_date=extra.reference_date if extra else None,
         top_p=body.top_p,
         seed=body.seed,
         stop=_stops(body.stop),
@@ -200,7 +196,7 @@ def plan(body: ChatCompletionRequest, *, catalog: dict[str, Task], engine_model:
     # The chat is sent as given, so the text is not cut into chunks.
     task = dataclasses.replace(built, conversation=tuple(messages))
     text = last_user_text(body.messages)
-    return Job("extract", messages, dataclasses.replace(options, chunk=False), task, text, tool=tool)
+    return Job("extract", messages, options.model_copy(update={"chunk": False}), task, text, tool=tool)
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> UsageOut:
