@@ -53,10 +53,21 @@ _NUMBERS = re.compile(
 )
 
 
+# An amount its currency precedes, nothing after it ("$150,000 a year"): the readings' amounts.
+_PREFIXED = re.compile(r"(?:(?:USD|EUR|GBP|CNY|RMB|JPY|US\$)\s*|[$€£¥￥]\s*)[-+−]?\d(?:[\d,.]*\d)?(?:\s*[kK]\b)?")
+
+_PERCENTS = re.compile(
+    r"\d+(?:\.\d+)?\s*(?:%|％|per\s?cent\b|percent\b)|百分之[零〇一二两三四五六七八九十百点]+", re.IGNORECASE
+)
+
+
 def find(
     text: str, value_field: ValueField, value: Any, ctx: Context | None = None, *, unit: str | None = None
 ) -> tuple[int, int] | None:
-    """The span of ``text`` whose words the field's normalizer reads as ``value`` (in ``unit``, when given), or None."""
+    """The span of ``text`` whose words the field's normalizer reads as ``value`` (in ``unit``, when given), or None.
+
+    For a field of readings, ``unit`` None means a value stated without a unit.
+    """
     context = ctx or Context()
     if value_field.kind == "duration" and isinstance(value, str) and not value.upper().startswith("P"):
         try:  # a label in words ("3 years") is compared as the duration it states, read once
@@ -68,7 +79,9 @@ def find(
             typed = normalize(value_field, text[start:end], context)
         except EvidenceError:
             continue
-        if _same(typed.value, value, value_field.kind) and (unit is None or typed.unit == unit):
+        # A field of readings: a label without a unit is stated without one ("2018", not "2018 or").
+        exact_unit = unit is not None or value_field.kind == KIND_READINGS
+        if _same(typed.value, value, value_field.kind) and (not exact_unit or typed.unit == unit):
             return start, end
     return None
 
@@ -85,10 +98,10 @@ def candidates(text: str, kind: str) -> Iterator[tuple[int, int]]:
     elif kind == "time":
         for match in dates.TIMES.finditer(text):
             yield match.span()
-    elif kind == KIND_READINGS:  # any kind's phrases, in reading order; of two that start together, the shorter
-        found = {span for other in ("date", "time", "duration", "number") for span in candidates(text, other)}
-        found |= set(_quantities(text))
-        yield from sorted(found)
+    elif kind == KIND_READINGS:  # any kind's phrases, in reading order; of two that start together, the longer
+        found = {span for other in ("date", "time", "duration") for span in candidates(text, other)}
+        found |= set(_quantities(text)) | {m.span() for m in (*_PREFIXED.finditer(text), *_PERCENTS.finditer(text))}
+        yield from sorted(found, key=lambda span: (span[0], -span[1]))
     else:
         for match in _NUMBERS.finditer(text):
             yield match.start(), match.end()
@@ -98,6 +111,7 @@ def _quantities(text: str) -> Iterator[tuple[int, int]]:
     """Numbers with a unit word after them ("4 stars", "3晚"), a Han unit also cut to one or two characters."""
     for match in readings.QUANTITY.finditer(text):
         yield match.span()
+        yield match.start(), match.end("count")
         unit = match.group("unit")
         if unit and not unit.isascii():
             for shorter in range(1, len(unit)):
@@ -187,6 +201,8 @@ def widen(text: str, value_field: ValueField, words: str) -> str:
     at += words.find(core)
     end = at + len(core)
     holding = [(s, e) for s, e in candidates(text, value_field.kind) if s <= at and end <= e and e - s > len(core)]
+    if value_field.kind == KIND_READINGS:  # a phrase none of the readings fits ("五从杭州") holds no value
+        holding = [(s, e) for s, e in holding if normalize(value_field, text[s:e], Context()).reading is not None]
     if not holding:
         return words
     start, stop = min(holding, key=lambda span: span[1] - span[0])

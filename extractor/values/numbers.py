@@ -52,6 +52,7 @@ _CURRENCY_WORDS = {
     "港币": "HKD",
     "港元": "HKD",
     "yuan": "CNY",
+    "yen": "JPY",
     "dollars": "USD",
     "dollar": "USD",
     "bucks": "USD",

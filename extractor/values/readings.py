@@ -45,10 +45,11 @@ _COUNT = (
 _MULTIPLIER = r"万|亿|千|thousand\b|million\b|mn\b|billion\b|bn\b"
 # Han characters that end a unit: numerals, and the words around a number ("5000到8000", "3晚的", "以上").
 _NOT_HAN_UNIT = _CN_NUMERALS + "到至以的左右多起和或及与内外"
-# One unit word: an area in words, Latin letters (``GB``, ``stars``), or one to three Han characters.
+# One unit word: an area in words, Latin letters (``GB``, ``stars``), or one to three Han characters
+# (a currency word ends one: "5000元人民币" is 5000元).
 _UNIT = (
     r"sq\.?\s*(?:ft|m)\b|square\s+(?:feet|foot|meters?|metres?)\b"
-    rf"|[A-Za-z][A-Za-z.²³]{{0,11}}|[^\W\d_{_NOT_HAN_UNIT}A-Za-z]{{1,3}}"
+    rf"|[A-Za-z][A-Za-z.²³]{{0,11}}|[^\W\d_{_NOT_HAN_UNIT}A-Za-z元块]{{0,2}}[元块]|[^\W\d_{_NOT_HAN_UNIT}A-Za-z元块]{{1,3}}"
 )
 QUANTITY = re.compile(
     rf"[-+−]?(?P<count>{_COUNT})\s*(?P<multiplier>{_MULTIPLIER})?(?:\s*-?\s*(?P<unit>{_UNIT}))?", re.IGNORECASE
@@ -100,7 +101,16 @@ _SYMBOLS = {
     "litre": "L",
 }
 # Between a duration's parts: "1 year and 6 months", "一年零三个月".
+# A count in Chinese numerals is a quantity only before a measure word or a unit ("两张", "七座", "三百平米"):
+# "三亚" and "二手" are words.
+_MEASURES = "个张次间室晚位人座层台件套本只条家岁星居折匹寸码辆双对杯瓶箱份倍"
+_HAN_COUNT = re.compile(f"^[{_CN_NUMERALS}][{_CN_NUMERALS}点]*$")
+# Counted days or hours with nothing that makes them a date: "7天6晚" is a stay, not 7 days ago.
+_COUNTED = re.compile(r"\d\s*(?:天|晚|小时|周|个月|days?|weeks?|nights?|hours?|months?|years?)\b", re.IGNORECASE)
+_RELATIVE = re.compile(r"后|前|\bago\b|\bin\b|\blater\b|\bfrom now\b|\bhence\b", re.IGNORECASE)
 _DURATION_GLUE = re.compile(r"^[\s,，、]*(?:and|又|零|和)?[\s,，、]*$", re.IGNORECASE)
+# A month or a day of the calendar, not a count of them (a count says 个月, 天).
+_CALENDAR = re.compile(r"^\d+\s*[月日号]$")
 _YEARS_AT_MOST = 999  # "2025年" is a year, not 2025 years
 _DIGITS_ONLY = re.compile(r"^[\d\s.,/-]+$")
 
@@ -151,6 +161,8 @@ def _duration(text: str, ctx: Context) -> Reading | None:
     parts = list(durations.PART.finditer(as_digits))
     if not parts or not all(_DURATION_GLUE.match(g) for g in _gaps(as_digits, parts)):
         return None  # words around the counts: "in two weeks", "3天后" are dates
+    if any(_CALENDAR.match(p.group(0)) for p in parts):
+        return None  # "12月24日" is a day of the year
     value = durations.parse(text)
     years = re.match(r"P(\d+)Y", value)
     if years is not None and int(years.group(1)) > _YEARS_AT_MOST:
@@ -171,6 +183,8 @@ def _number(text: str, ctx: Context) -> Reading | None:
     unit = match.group("unit")
     if unit is not None and _NOT_UNITS.search(unit):
         return None
+    if _HAN_COUNT.match(match.group("count")) and unit and unit[0] not in _MEASURES and unit not in _SYMBOLS:
+        return None
     number = numbers.parse(text, replace(ctx, unit=None, currency=None, currency_required=False))
     return Reading(numbers.as_json(number.value), symbol(unit) if unit else None, "number")
 
@@ -182,8 +196,8 @@ def symbol(word: str) -> str:
     found = _SYMBOLS.get(word) or _SYMBOLS.get(lowered) or _SYMBOLS.get(singular)
     if found is not None:
         return found
-    if not word.isascii() or word[1:] != word[1:].lower():
-        return word  # "GB", "mAh", "GHz", "星", "号线": as written
+    if not word.isascii() or word[1:] != word[1:].lower() or (len(word) <= 3 and word != lowered):
+        return word  # "GB", "mAh", "Hz", "K", "星", "号线": as written
     return singular
 
 
@@ -191,6 +205,8 @@ def _date(kind: str) -> Callable[[str, Context], Reading | None]:
     def reader(text: str, ctx: Context) -> Reading | None:
         if _DIGITS_ONLY.match(text) and len(re.findall(r"\d+", text)) < 3:
             return None  # "4.5", "12", "2024": numbers, never a day and a month
+        if _COUNTED.search(dates.digits(text)) and not _RELATIVE.search(text):
+            return None  # dateparser reads "7天" as 7 days ago
         return Reading(dates.parse(text, kind, ctx), None, kind)
 
     return reader
