@@ -403,3 +403,107 @@ async def test_the_pipeline_reads_the_whole_phrase(typed_extractor: Extractor, e
     assert result.data["effective_date"] == "2014-05-20" and result.data["term"] == "P3Y"
     spans = {s.path: s for s in result.spans}
     assert spans["/effective_date"].value == "May 20, 2014" and spans["/term"].value == "three (3) years"
+
+
+# A field of readings: query_conditions' value (a number, an amount, a date, a time, a duration, or the words).
+CONDITION_VALUES: list[tuple[str, Any, str | None]] = [
+    ("1200元", 1200, "CNY"),
+    ("$600", 600, "USD"),
+    ("500 yuan", 500, "CNY"),
+    ("$18k", 18000, "USD"),
+    ("下周五", "2026-12-11", None),
+    ("next Friday", "2026-12-11", None),
+    ("12月24日", "2026-12-24", None),
+    ("3天后", "2026-12-08", None),
+    ("16GB", 16, "GB"),
+    ("4 stars", 4, "star"),  # a rating is compared as a number; its unit word says what it counts
+    ("100平米", 100, "m²"),
+    ("两张", 2, "张"),
+    ("4.5", 4.5, None),  # a number, never the 5th of April
+    ("20%", 20, "%"),
+    ("上午10点", "10:00:00", None),
+    ("two weeks", "P2W", None),
+    ("30-year", "P30Y", None),
+    ("2025年", 2025, "年"),  # a year, not 2025 years
+    ("Hangzhou", "Hangzhou", None),  # the words stay: not an error
+    ("Terminal 2", "Terminal 2", None),
+    ("三亚", "三亚", None),
+    ("7天6晚", "7天6晚", None),
+]
+
+
+@pytest.mark.parametrize(("evidence", "expected", "unit"), CONDITION_VALUES)
+def test_a_condition_value_reads_as_the_first_reading_that_fits(evidence: str, expected: Any, unit: str | None) -> None:
+    catalog = Catalog.load(Path(__file__).parent.parent)
+    field = catalog.get("query_conditions").values["/conditions/value"]
+    typed = normalize(field, evidence, Context(reference_date=REFERENCE))
+    assert (typed.value, typed.unit) == (expected, unit)
+    assert (typed.reading is None) == (typed.value == evidence)
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
+
+
+def test_the_labelled_conditions_read_as_labelled() -> None:
+    """bench/data's two gold files hold the same requests: the words read as the typed labels (2026-12-05)."""
+    root = Path(__file__).parent.parent
+    field = Catalog.load(root).get("query_conditions").values["/conditions/value"]
+    typed = _lines(root / "bench" / "data" / "query_conditions_gold.jsonl")
+    words = _lines(root / "bench" / "data" / "query_conditions_gold_words.jsonl")
+    assert [t["id"] for t in typed] == [w["id"] for w in words]
+    pool = _lines(root / "examples" / "query_conditions.jsonl")
+    assert len(typed) + len(pool) >= 100 and not {t["text"] for t in typed} & {p["text"] for p in pool}
+    checked = 0
+    for line, as_words in zip(typed, words, strict=True):
+        for label, copied in zip(line["expected"]["conditions"], as_words["expected"]["conditions"], strict=True):
+            read = normalize(field, copied["value"], Context(reference_date=REFERENCE))
+            assert (read.value, read.unit) == (label["value"], label.get("unit")), copied["value"]
+            checked += 1
+    assert checked >= 150
+
+
+def test_the_pool_shows_the_words_and_no_unit() -> None:
+    from extractor.values.evidence import as_evidence
+
+    root = Path(__file__).parent.parent
+    task = Catalog.load(root).get("query_conditions")
+    assert task.pool is not None and len(task.pool) >= 50 and not task.pool.problems
+    for example in task.pool.examples:
+        shown = as_evidence(example.text, example.output, task.values)
+        for condition in shown["conditions"]:
+            assert "unit" not in condition and condition["value"] in example.text
+
+
+@pytest.fixture
+def conditions_extractor(engine: ScriptedEngine, tmp_path: Path) -> Extractor:
+    settings = Settings.from_env({}, home=tmp_path / "home", engine="scripted")
+    return Extractor(settings=settings, engine=engine, catalog=Catalog.load(Path(__file__).parent.parent))
+
+
+async def test_query_conditions_are_typed_with_their_evidence(
+    conditions_extractor: Extractor, engine: ScriptedEngine
+) -> None:
+    text = "帮我查下周五从杭州出发的航班，票价不超过1200元，行李额16GB以内"
+    answer = {
+        "conditions": [
+            {"field": "departure_date", "operator": "eq", "value": "下周五"},
+            {"field": "origin", "operator": "eq", "value": "杭州"},
+            {"field": "price", "operator": "le", "value": "1200"},  # cut short: widened to 1200元
+            {"field": "baggage", "operator": "le", "value": "16GB"},
+        ]
+    }
+    engine.enqueue([json.dumps(answer, ensure_ascii=False)])
+    result = await conditions_extractor.aextract("query_conditions", text, reference_date=REFERENCE)
+    assert result.data["conditions"] == [
+        {"field": "departure_date", "operator": "eq", "value": "2026-12-11"},
+        {"field": "origin", "operator": "eq", "value": "杭州"},
+        {"field": "price", "operator": "le", "value": 1200, "unit": "CNY"},
+        {"field": "baggage", "operator": "le", "value": 16, "unit": "GB"},
+    ]
+    spans = {s.path: s for s in result.spans if s.path.endswith("/value")}
+    assert (spans["/conditions/2/value"].value, spans["/conditions/2/value"].unit) == ("1200元", "CNY")
+    assert text[spans["/conditions/0/value"].start : spans["/conditions/0/value"].end] == "下周五"
+    assert spans["/conditions/1/value"].normalized is None  # a place stays its words, grounded as any string
+    # The model answers the evidence and never the unit: the engine's schema has no unit.
+    assert '"unit"' not in json.dumps(engine.history[0].json_schema or {}) + (engine.history[0].grammar or "")

@@ -6,6 +6,9 @@ dateparser reads absolute and relative dates in 200+ languages (``May 20, 2014``
 * Chinese numerals are turned into digits first (cn2an): ``三月五日`` -> ``3月5日``;
 * Chinese weekdays relative to the week (``下周五``, ``本周三``, ``上星期一``);
 * Chinese clock times (``下午3点``, ``三点半``, ``晚上8点15分``);
+* a Chinese month and day without a year (``12月24日``: dateparser takes the 12 for a year);
+* an English weekday alone or after next/this/coming/on (``next Friday``, ``Saturday``): dateparser
+  reads them, as the coming one, but its check that a date names a day and a month refuses them;
 * evidence with words around the date (``as of May 20, 2014``): dateparser's search, one date only.
 
 AmbiguousEvidenceError is explicit: an all-digit date whose day and month could swap (``05/06/2014``) needs a
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import warnings
 from typing import Any
 
 import cn2an
@@ -32,6 +36,15 @@ _CN_CLOCK = re.compile(r"(上午|早上|中午|下午|晚上|傍晚|凌晨)?\s*(
 _AFTERNOON = {"下午", "晚上", "傍晚"}
 _AMBIGUOUS_DIGITS = re.compile(r"^\s*(\d{1,2})\s*[./-]\s*(\d{1,2})\s*[./-]\s*(\d{2}|\d{4})\s*$")
 _FAR = dt.timedelta(days=400)
+_CN_MONTH_DAY = re.compile(r"^(\d{1,2})\s*月\s*(\d{1,2})\s*[日号號]$")
+_WEEKDAY_LEAD = re.compile(r"^(?:on|coming|the\s+coming)\s+", re.IGNORECASE)  # words dateparser does not read
+_WEEKDAY = re.compile(r"^(?:(?:next|this)\s+)?(?:mon|tues|wednes|thurs|fri|satur|sun)day$", re.IGNORECASE)
+# A clock time as a text writes it ("3:30 pm", "10am", "noon", "下午3点", "三点半"): where a time can be.
+CLOCK = (
+    r"\d{1,2}:\d{2}(?:\s*[ap]\.?m\.?)?|\d{1,2}\s*[ap]\.?m\.?|\bnoon\b|\bmidnight\b"
+    r"|(?:上午|早上|中午|下午|晚上|傍晚|凌晨)?[\d零一二两三四五六七八九十]{1,3}[点點时](?:半|[\d一二三四五六七八九十]{1,3}分?)?"
+)
+TIMES = re.compile(CLOCK, re.IGNORECASE)
 
 
 def parse(evidence: str, kind: str, ctx: Context) -> str:
@@ -66,6 +79,8 @@ def parse(evidence: str, kind: str, ctx: Context) -> str:
 
 def _parsed(text: str, ctx: Context, *, what: str, whole: bool = False) -> dt.datetime:
     weekday = _chinese_weekday(text, ctx)
+    if weekday is None:
+        weekday = _month_day(text, ctx) or _weekday(text, ctx)
     if weekday is not None:
         return weekday
     base = dt.datetime.combine(ctx.today, dt.time())
@@ -106,7 +121,9 @@ def digits(text: str) -> str:
     if not _CN_DIGITS.search(text):
         return text
     try:
-        return str(cn2an.transform(text, "cn2an"))
+        with warnings.catch_warnings():  # cn2an warns of a numeral it cannot place ("10万公里") and keeps it
+            warnings.simplefilter("ignore", UserWarning)
+            return str(cn2an.transform(text, "cn2an"))
     except (ValueError, KeyError, IndexError):  # cn2an refuses some mixes; the text as written is tried
         return text
 
@@ -141,6 +158,29 @@ def _chinese_weekday(text: str, ctx: Context) -> dt.datetime | None:
     weeks = {"上": -1, "下": 1, "下下": 2}.get(which, 0)
     _relative(ctx, text)
     return dt.datetime.combine(monday + dt.timedelta(weeks=weeks, days=target), dt.time())
+
+
+def _month_day(text: str, ctx: Context) -> dt.datetime | None:
+    match = _CN_MONTH_DAY.match(text)
+    if match is None:
+        return None
+    try:
+        found = dt.datetime(ctx.today.year, int(match.group(1)), int(match.group(2)))
+    except ValueError:
+        raise EvidenceError(f"{text!r} is not a day of the year") from None
+    _relative(ctx, text)  # the year is the reference date's
+    return found
+
+
+def _weekday(text: str, ctx: Context) -> dt.datetime | None:
+    words = _WEEKDAY_LEAD.sub("", text.strip())
+    if not _WEEKDAY.match(words):
+        return None
+    settings = {"RELATIVE_BASE": dt.datetime.combine(ctx.today, dt.time()), "PREFER_DATES_FROM": "future"}
+    found: dt.datetime | None = dateparser.parse(words, languages=["en"], settings=settings)
+    if found is not None:
+        _relative(ctx, text)
+    return found
 
 
 def _chinese_clock(text: str) -> dt.time | None:

@@ -55,8 +55,8 @@ _UNIT = "|".join(sorted((re.escape(u) for u in _UNITS), key=len, reverse=True))
 # parentheses ("two (2)"), then a unit word ("years", "个月", "calendar months").
 PART = re.compile(
     rf"(?P<count>\d+(?:\.\d+)?|(?:\b(?:{_NUMBER_WORDS})\b[\s-]*)+|[零〇一二两三四五六七八九十百千万]+|半)"
-    r"\s*(?:\((?P<paren>\d+(?:\.\d+)?)\)\s*)?"
-    rf"(?:full\s+|calendar\s+|consecutive\s+|个)?(?P<unit>{_UNIT})(?:s|\(s\))?\b",
+    r"[\s-]*(?:\((?P<paren>\d+(?:\.\d+)?)\)\s*)?"
+    rf"(?:full\s+|calendar\s+|consecutive\s+|个)?(?P<unit>{_UNIT})(?:s|\(s\))?(?![A-Za-z])",
     re.IGNORECASE,
 )
 _HALF = re.compile(r"\b(?:half\s+(?:a|an)|one[- ]half)\b|半", re.IGNORECASE)

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from extractor.grounding import field_path, scalar_leaves
-from extractor.values import dates, durations
+from extractor.values import dates, durations, readings
 from extractor.values.context import Context, EvidenceError
-from extractor.values.fields import ValueField
+from extractor.values.fields import KIND_READINGS, ValueField
 from extractor.values.normalize import normalize
 
 _MONTH = (
@@ -42,14 +42,9 @@ _DATE_PATTERNS = [
     r"\b(?:\d+|[a-z]+)\s+(?:days?|weeks?|months?|years?)\s+ago\b",
     r"\b(?:next|last|this)\s+(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|week|month)\b",
 ]
-_CLOCK = (
-    r"\d{1,2}:\d{2}(?:\s*[ap]\.?m\.?)?|\d{1,2}\s*[ap]\.?m\.?|\bnoon\b|\bmidnight\b"
-    r"|(?:上午|早上|中午|下午|晚上|傍晚|凌晨)?[\d零一二两三四五六七八九十]{1,3}[点點时](?:半|[\d一二三四五六七八九十]{1,3}分?)?"
-)
 _DATE = "|".join(f"(?:{p})" for p in _DATE_PATTERNS)
 _DATES = re.compile(_DATE, re.IGNORECASE)
-_DATE_TIMES = re.compile(rf"(?:{_DATE})(?:,?\s*(?:at\s+)?(?:{_CLOCK}))?", re.IGNORECASE)
-_TIMES = re.compile(_CLOCK, re.IGNORECASE)
+_DATE_TIMES = re.compile(rf"(?:{_DATE})(?:,?\s*(?:at\s+)?(?:{dates.CLOCK}))?", re.IGNORECASE)
 _NUMBERS = re.compile(
     r"(?:(?:USD|EUR|GBP|CNY|RMB|JPY|US\$)\s*|[$€£¥￥]\s*)?[-+−]?\d(?:[\d,.]*\d)?"
     r"(?:\s*(?:%|％|per\s?cent|percent|euros?|dollars?|yuan|pounds?|万|亿|千|元|美元|欧元|英镑|日元|港元|公里|千米|公斤|千克|克|米|"
@@ -58,8 +53,21 @@ _NUMBERS = re.compile(
 )
 
 
-def find(text: str, value_field: ValueField, value: Any, ctx: Context | None = None) -> tuple[int, int] | None:
-    """The span of ``text`` whose words the field's normalizer reads as ``value``, or None."""
+# An amount its currency precedes, nothing after it ("$150,000 a year"): the readings' amounts.
+_PREFIXED = re.compile(r"(?:(?:USD|EUR|GBP|CNY|RMB|JPY|US\$)\s*|[$€£¥￥]\s*)[-+−]?\d(?:[\d,.]*\d)?(?:\s*[kK]\b)?")
+
+_PERCENTS = re.compile(
+    r"\d+(?:\.\d+)?\s*(?:%|％|per\s?cent\b|percent\b)|百分之[零〇一二两三四五六七八九十百点]+", re.IGNORECASE
+)
+
+
+def find(
+    text: str, value_field: ValueField, value: Any, ctx: Context | None = None, *, unit: str | None = None
+) -> tuple[int, int] | None:
+    """The span of ``text`` whose words the field's normalizer reads as ``value`` (in ``unit``, when given), or None.
+
+    For a field of readings, ``unit`` None means a value stated without a unit.
+    """
     context = ctx or Context()
     if value_field.kind == "duration" and isinstance(value, str) and not value.upper().startswith("P"):
         try:  # a label in words ("3 years") is compared as the duration it states, read once
@@ -71,7 +79,9 @@ def find(text: str, value_field: ValueField, value: Any, ctx: Context | None = N
             typed = normalize(value_field, text[start:end], context)
         except EvidenceError:
             continue
-        if _same(typed.value, value, value_field.kind):
+        # A field of readings: a label without a unit is stated without one ("2018", not "2018 or").
+        exact_unit = unit is not None or value_field.kind == KIND_READINGS
+        if _same(typed.value, value, value_field.kind) and (not exact_unit or typed.unit == unit):
             return start, end
     return None
 
@@ -86,15 +96,30 @@ def candidates(text: str, kind: str) -> Iterator[tuple[int, int]]:
         for match in durations.PART.finditer(as_digits if len(as_digits) == len(text) else text):
             yield match.span()
     elif kind == "time":
-        for match in _TIMES.finditer(text):
+        for match in dates.TIMES.finditer(text):
             yield match.span()
+    elif kind == KIND_READINGS:  # any kind's phrases, in reading order; of two that start together, the longer
+        found = {span for other in ("date", "time", "duration") for span in candidates(text, other)}
+        found |= set(_quantities(text)) | {m.span() for m in (*_PREFIXED.finditer(text), *_PERCENTS.finditer(text))}
+        yield from sorted(found, key=lambda span: (span[0], -span[1]))
     else:
         for match in _NUMBERS.finditer(text):
             yield match.start(), match.end()
 
 
+def _quantities(text: str) -> Iterator[tuple[int, int]]:
+    """Numbers with a unit word after them ("4 stars", "3晚"), a Han unit also cut to one or two characters."""
+    for match in readings.QUANTITY.finditer(text):
+        yield match.span()
+        yield match.start(), match.end("count")
+        unit = match.group("unit")
+        if unit and not unit.isascii():
+            for shorter in range(1, len(unit)):
+                yield match.start(), match.start("unit") + shorter
+
+
 def _same(found: Any, label: Any, kind: str) -> bool:
-    if kind in ("number", "integer"):
+    if kind in ("number", "integer") or (kind == KIND_READINGS and _numeric(found) and _numeric(label)):
         try:
             return abs(float(found) - float(label)) < 1e-9
         except (TypeError, ValueError):
@@ -102,10 +127,16 @@ def _same(found: Any, label: Any, kind: str) -> bool:
     return bool(str(found) == str(label))
 
 
+def _numeric(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def as_evidence(text: str, output: Any, fields: dict[str, ValueField] | Any) -> Any:
     """A labelled ``output`` as the model answers it: each typed value replaced by the words of ``text`` stating it.
 
-    A value whose words are not found is shown as written (a string): the label stays visible.
+    A value whose words are not found is shown as written (a string): the label stays visible. A
+    value's currency or unit (its ``unit_key`` sibling, which the service fills) picks the words
+    that state it in that unit, and is left out: the model does not write it.
     """
     if not fields:
         return output
@@ -114,13 +145,35 @@ def as_evidence(text: str, output: Any, fields: dict[str, ValueField] | Any) -> 
         found = fields.get(field_path(pointer))
         if found is None or isinstance(value, bool):
             continue
-        span = find(text, found, value)
+        parent = pointer.rsplit("/", 1)[0]
+        unit = _get(output, f"{parent}/{found.unit_key}") if found.unit_key is not None else None
+        span = find(text, found, value, unit=unit if isinstance(unit, str) else None)
         _set(shown, pointer, text[span[0] : span[1]] if span is not None else str(value))
+        if found.unit_key is not None:
+            holder = _get(shown, parent)
+            if isinstance(holder, dict):
+                holder.pop(found.unit_key, None)
     return shown
 
 
+def _get(data: Any, pointer: str) -> Any:
+    node = data
+    for token in _tokens(pointer):
+        if isinstance(node, list) and token.isdigit() and int(token) < len(node):
+            node = node[int(token)]
+        elif isinstance(node, dict) and token in node:
+            node = node[token]
+        else:
+            return None
+    return node
+
+
+def _tokens(pointer: str) -> list[str]:
+    return [t.replace("~1", "/").replace("~0", "~") for t in pointer.split("/")[1:]]
+
+
 def _set(data: Any, pointer: str, value: Any) -> None:
-    tokens = [t.replace("~1", "/").replace("~0", "~") for t in pointer.split("/")[1:]]
+    tokens = _tokens(pointer)
     node = data
     for token in tokens[:-1]:
         node = node[int(token)] if isinstance(node, list) else node[token]
@@ -148,6 +201,8 @@ def widen(text: str, value_field: ValueField, words: str) -> str:
     at += words.find(core)
     end = at + len(core)
     holding = [(s, e) for s, e in candidates(text, value_field.kind) if s <= at and end <= e and e - s > len(core)]
+    if value_field.kind == KIND_READINGS:  # a phrase none of the readings fits ("五从杭州") holds no value
+        holding = [(s, e) for s, e in holding if normalize(value_field, text[s:e], Context()).reading is not None]
     if not holding:
         return words
     start, stop = min(holding, key=lambda span: span[1] - span[0])

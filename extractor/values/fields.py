@@ -4,7 +4,11 @@ A *value field* is a leaf the schema types as a date, time, date-time or duratio
 on a string) or as a number or integer, unless it says ``"x-grounded": false`` (the model writes
 the value itself) or lists its values (``enum``/``const``: decoding holds those already). A
 union of such a leaf with ``null`` is one too; a union with other types (a string or a number)
-is left as written: nothing says which the words mean.
+is left as written: nothing says which the words mean, unless the field lists its ``readings``
+(``"x-extractor": {"readings": ["amount", "number", "date", ...]}``, kind ``readings``): the words are
+read as the first that fits, and stay the words when none does (:mod:`extractor.values.readings`).
+A sibling property with ``"x-extractor": {"unit_of": "value"}`` is filled by the service with the
+currency or unit the value was read in; the model never writes it.
 
 The *evidence schema* is the task schema with each value field turned into a string the model
 copies from the text (``"x-extractive": true``: grounded decoding holds it to the text); the
@@ -15,16 +19,19 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from extractor.constraints.decoding import node_at
 from extractor.grounding import escape_token
+from extractor.values.readings import READINGS
 
 FORMATS = ("date", "date-time", "time", "duration")
 NUMBERS = ("number", "integer")
 SETTINGS_KEY = "x-extractor"
-FIELD_SETTINGS = ("unit", "currency", "date_order", "languages", "percent")
+FIELD_SETTINGS = ("unit", "currency", "date_order", "languages", "percent", "readings")
+KIND_READINGS = "readings"  # a value read as the first of its readings that fits, or kept as the words
+UNIT_OF = "unit_of"  # on a sibling property: the service writes the value's currency or unit there
 # Read by extractor.passages on any top-level field: where a long document's passages come from.
 PASSAGE_SETTINGS = ("query", "passages", "merge", "from", "expect")
 EVIDENCE_MAX_CHARS = 120
@@ -37,9 +44,16 @@ class ValueField:
     """A typed leaf: its field path (``/items/price``, no indices), kind, and its ``x-extractor`` settings."""
 
     path: str
-    kind: str  # a format (date, date-time, time, duration) or a number type (number, integer)
+    kind: str  # a format (date, date-time, time, duration), a number type (number, integer), or readings
     settings: Mapping[str, Any]
     nullable: bool = False
+    unit_key: str | None = None  # the sibling property the service writes the currency or unit to
+
+    @property
+    def readings(self) -> tuple[str, ...]:
+        """The readings tried in order (kind ``readings`` only; unknown names are left out)."""
+        listed = self.settings.get("readings")
+        return tuple(r for r in listed if r in READINGS) if isinstance(listed, list) else ()
 
 
 def kind_of(node: Any) -> str | None:
@@ -49,6 +63,8 @@ def kind_of(node: Any) -> str | None:
     types = node.get("type")
     named = [types] if isinstance(types, str) else list(types) if isinstance(types, list) else []
     named = [t for t in named if t != "null"]
+    if _settings(node).get("readings") is not None and (not named or "string" in named):
+        return KIND_READINGS
     if len(named) != 1:
         return None
     if named[0] in NUMBERS:
@@ -74,8 +90,7 @@ def _collect(
     if kind is not None:
         types = node.get("type")
         nullable = isinstance(types, list) and "null" in types
-        settings = node.get(SETTINGS_KEY) if isinstance(node.get(SETTINGS_KEY), Mapping) else {}
-        found.setdefault(path, ValueField(path, kind, dict(settings or {}), nullable))
+        found.setdefault(path, ValueField(path, kind, dict(_settings(node)), nullable))
         return
     ref = node.get("$ref")
     if isinstance(ref, str) and ref.startswith("#") and refs.count(ref) < _REF_REPEATS:
@@ -90,9 +105,27 @@ def _collect(
                     _collect(root, branch, path, found, depth + 1, refs)
     for branch in node.get("allOf") or []:
         _collect(root, branch, path, found, depth + 1, refs)
-    for name, child in (node.get("properties") or {}).items():
+    properties = node.get("properties") or {}
+    for name, child in properties.items():
         _collect(root, child, f"{path}/{escape_token(str(name))}", found, depth + 1, refs)
+    for name, of in unit_keys(properties).items():
+        at = f"{path}/{escape_token(of)}"
+        if at in found:
+            found[at] = replace(found[at], unit_key=name)
     _collect(root, node.get("items"), path, found, depth + 1, refs)
+
+
+def _settings(node: Mapping[str, Any]) -> Mapping[str, Any]:
+    settings = node.get(SETTINGS_KEY)
+    return settings if isinstance(settings, Mapping) else {}
+
+
+def unit_keys(properties: Any) -> dict[str, str]:
+    """``{property: the property whose unit it holds}`` for the ``unit_of`` properties of an object's ``properties``."""
+    if not isinstance(properties, Mapping):
+        return {}
+    found = {name: _settings(child).get(UNIT_OF) for name, child in properties.items() if isinstance(child, Mapping)}
+    return {str(name): str(of) for name, of in found.items() if isinstance(of, str)}
 
 
 def evidence_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
@@ -107,6 +140,11 @@ def _evidence(node: Any, depth: int) -> Any:
         return node
     if kind_of(node) is not None:
         return _evidence_node(node)
+    filled = unit_keys(node.get("properties"))  # the service writes these: the model's answer has none
+    if filled:
+        node = {**node, "properties": {k: v for k, v in node["properties"].items() if k not in filled}}
+        if isinstance(node.get("required"), list):
+            node["required"] = [k for k in node["required"] if k not in filled]
     out: dict[str, Any] = {}
     for key, value in node.items():
         if key in _SCHEMA_MAPS and isinstance(value, dict):
@@ -130,7 +168,7 @@ def _evidence_node(node: Mapping[str, Any]) -> dict[str, Any]:
     types = node.get("type")
     nullable = isinstance(types, list) and "null" in types
     what = {"date": "date", "date-time": "date and time", "time": "time", "duration": "duration"}.get(
-        str(kind), "number"
+        str(kind), "value, with its unit or currency" if kind == KIND_READINGS else "number"
     )
     description = str(node.get("description") or "").strip()
     hint = f"the words of the text that state the {what}, copied exactly"
@@ -160,6 +198,15 @@ def check_settings(schema: Mapping[str, Any], fields: Mapping[str, ValueField]) 
                 f"{value_field.path or '/'}: x-extractor key(s) {', '.join(unknown)} are not read on a value field "
                 f"(known: {', '.join(FIELD_SETTINGS)})"
             )
-        if value_field.kind not in NUMBERS and ({"unit", "currency", "percent"} & set(value_field.settings)):
+        # A field of readings takes ``percent`` (points or a ratio); its unit is what the text names.
+        numeric = {"unit", "currency"} if value_field.kind == KIND_READINGS else {"unit", "currency", "percent"}
+        if value_field.kind not in NUMBERS and numeric & set(value_field.settings):
             warnings.append(f"{value_field.path or '/'}: unit, currency and percent apply to numbers only")
+        listed = value_field.settings.get("readings")
+        if value_field.kind == KIND_READINGS:
+            bad = [r for r in listed if r not in READINGS] if isinstance(listed, list) else [listed]
+            if bad or not listed:
+                warnings.append(
+                    f"{value_field.path or '/'}: readings must list some of {', '.join(READINGS)} (not {bad or listed})"
+                )
     return warnings

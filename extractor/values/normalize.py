@@ -11,13 +11,12 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from decimal import Decimal
 from typing import Any
 
 from extractor.grounding import escape_token, field_path
-from extractor.values import dates, durations, numbers
+from extractor.values import dates, durations, numbers, readings
 from extractor.values.context import DATE_ORDERS, PERCENT_MODES, Context, EvidenceError
-from extractor.values.fields import ValueField
+from extractor.values.fields import KIND_READINGS, ValueField
 
 
 @dataclass(frozen=True)
@@ -27,6 +26,8 @@ class Typed:
     value: Any
     evidence: str
     unit: str | None = None  # a number's currency (ISO 4217) or unit
+    # A field of readings: the one that fit (``amount``, ``date``, ...); None: the value is the words.
+    reading: str | None = None
 
 
 @dataclass
@@ -67,6 +68,11 @@ def normalize(value_field: ValueField, evidence: str, ctx: Context) -> Typed:
     """
     local = field_context(value_field, ctx)
     kind = value_field.kind
+    if kind == KIND_READINGS:  # the first reading that fits, else the words: never an error
+        found = readings.read(evidence, value_field.readings, local)
+        if found is None:
+            return Typed(evidence, evidence)
+        return Typed(found.value, evidence, unit=found.unit, reading=found.name)
     if kind in ("date", "date-time", "time"):
         return Typed(dates.parse(evidence, kind, local), evidence)
     if kind == "duration":
@@ -74,18 +80,16 @@ def normalize(value_field: ValueField, evidence: str, ctx: Context) -> Typed:
     number = numbers.parse(evidence, local)
     if kind == "integer" and number.value != number.value.to_integral_value():
         raise EvidenceError(f"{evidence!r} is {number.value}, not a whole number")
-    return Typed(_json_number(number.value), evidence, unit=number.currency or number.unit)
-
-
-def _json_number(value: Decimal) -> int | float:
-    return int(value) if value == value.to_integral_value() else float(value)
+    return Typed(numbers.as_json(number.value), evidence, unit=number.currency or number.unit)
 
 
 def apply(data: Any, fields: Mapping[str, ValueField], ctx: Context) -> Applied:
     """``data`` (an answer in the evidence schema) with each value field's evidence typed.
 
     A field whose evidence cannot be read keeps its evidence in ``data`` (the schema then says it is
-    not a date or a number) and gets a problem line.
+    not a date or a number) and gets a problem line. A field of readings none of which fits keeps
+    its words, with no typed value and no problem; one that has a ``unit_key`` gets its currency or
+    unit written to that sibling.
     """
     out = copy.deepcopy(data)
     applied = Applied(out, notes=ctx.notes)
@@ -100,8 +104,12 @@ def apply(data: Any, fields: Mapping[str, ValueField], ctx: Context) -> Applied:
         except EvidenceError as error:
             applied.problems[pointer] = f"{pointer}: {evidence!r} cannot be read as a {_what(found)}: {error}"
             continue
+        if found.kind == KIND_READINGS and typed.reading is None:
+            continue  # the words stay: a place or a brand is not a value to type
         parent[key] = typed.value
         applied.typed[pointer] = typed
+        if found.unit_key is not None and typed.unit is not None and isinstance(parent, dict):
+            parent[found.unit_key] = typed.unit
     return applied
 
 

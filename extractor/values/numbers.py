@@ -29,9 +29,13 @@ from text_to_num import text2num
 
 from extractor.values.context import Context, EvidenceError
 
-_PERCENT = re.compile(r"%|％|\bper\s?cent\b|\bpercent(?:age)?\b|百分之|个百分点", re.IGNORECASE)
+PERCENT = re.compile(r"%|％|\bper\s?cent\b|\bpercent(?:age)?\b|百分之|个百分点", re.IGNORECASE)
 _CN_NUMERAL = re.compile("[零〇一二两三四五六七八九十百千万亿]")
 _CN_MULTIPLIER = re.compile(r"(\d+(?:\.\d+)?)\s*(万|亿|千)")
+# "k" only in an amount ("$18k"): alone, "4K" is more often a resolution than 4000.
+_EN_MULTIPLIER = re.compile(r"(\d+(?:\.\d+)?)\s*(thousand|million|mn|billion|bn)\b", re.IGNORECASE)
+_K = re.compile(r"(\d+(?:\.\d+)?)\s*(k)\b", re.IGNORECASE)
+_EN_TIMES = {"k": 1_000, "thousand": 1_000, "million": 10**6, "mn": 10**6, "billion": 10**9, "bn": 10**9}
 _PLAIN = re.compile(r"(?<![\d,.])[-+−]?\d+(?:\.\d+)?(?![\d,.]*\d)")
 _DIGITS = re.compile(r"[-+]?\d[\d,.\s\u00a0'’]*")
 # Currency words the CLDR names miss (Chinese colloquial, bare dollars).
@@ -47,6 +51,8 @@ _CURRENCY_WORDS = {
     "日元": "JPY",
     "港币": "HKD",
     "港元": "HKD",
+    "yuan": "CNY",
+    "yen": "JPY",
     "dollars": "USD",
     "dollar": "USD",
     "bucks": "USD",
@@ -86,9 +92,9 @@ def parse(evidence: str, ctx: Context) -> Number:
     text = evidence.strip()
     if not text:
         raise EvidenceError("the evidence is empty")
-    percent = bool(_PERCENT.search(text))
+    percent = bool(PERCENT.search(text))
     currency = _currency(text)
-    value = _value(text)
+    value = _value(text, in_currency=currency is not None)
     if value is None:
         raise EvidenceError(f"{evidence!r} states no number")
     if percent and ctx.percent == "ratio":
@@ -100,7 +106,7 @@ def parse(evidence: str, ctx: Context) -> Number:
     return Number(value, currency=currency, percent=percent)
 
 
-def _value(text: str) -> Decimal | None:
+def _value(text: str, *, in_currency: bool = False) -> Decimal | None:
     if _CN_NUMERAL.search(text):
         smart = _chinese(text)
         if smart is not None:
@@ -108,6 +114,9 @@ def _value(text: str) -> Decimal | None:
     multiplier = _CN_MULTIPLIER.search(text)  # "1.2万" (digits with a Chinese multiplier)
     if multiplier is not None:
         return Decimal(multiplier.group(1)) * {"万": 10_000, "亿": 100_000_000, "千": 1_000}[multiplier.group(2)]
+    multiplier = _EN_MULTIPLIER.search(text) or (_K.search(text) if in_currency else None)  # "$1.5 million", "$5k"
+    if multiplier is not None and len(_DIGITS.findall(text)) == 1:
+        return Decimal(multiplier.group(1)) * _EN_TIMES[multiplier.group(2).lower()]
     plain = _PLAIN.search(text)
     if plain is not None and len(_DIGITS.findall(text)) == 1:  # "12.5%", "-3.5", "16GB": one plain number
         return Decimal(plain.group(0).replace("−", "-"))
@@ -117,6 +126,11 @@ def _value(text: str) -> Decimal | None:
             return _signed(text, amount)
     number = _words(text)
     return Decimal(number) if number is not None else None
+
+
+def as_json(value: Decimal) -> int | float:
+    """A number as JSON holds it: an int when whole, else a float."""
+    return int(value) if value == value.to_integral_value() else float(value)
 
 
 def _signed(text: str, amount: Decimal) -> Decimal:
