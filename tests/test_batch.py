@@ -21,6 +21,7 @@ from extractor.errors import ExtractorError
 from extractor.jobs.batch import BatchConfig, run_batch, summary_path
 from extractor.jobs.journal import Journal
 from extractor.jobs.progress import Progress
+from extractor.options import ExtractOptions
 
 from .conftest import LANDMARK_TEXT, landmark
 
@@ -71,7 +72,10 @@ def test_every_bad_row_kind_gets_exactly_one_record(catalog: Catalog, settings: 
     source = write_lines(tmp_path / "in.jsonl", lines)
     out = tmp_path / "out.jsonl"
     engine = ScriptedEngine(respond=answer, max_model_len=1024)
-    config = BatchConfig(task="landmark_slots", input=source, output=out, max_chars=5000, concurrency=4)
+    no_chunks = ExtractOptions(chunk=False)  # line 12 is refused, not chunked
+    config = BatchConfig(
+        task="landmark_slots", input=source, output=out, max_chars=5000, concurrency=4, options=no_chunks
+    )
 
     summary = asyncio.run(run_batch(make_extractor(catalog, settings, engine), config))
 

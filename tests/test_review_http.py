@@ -198,9 +198,10 @@ async def test_a_correction_teaches_the_next_request(
     answer = await client.post(f"/extract/{TASK}", json={"text": NEAR})
     assert answer.status_code == 200 and answer.json()["task_version"] == detail["version"]
     messages = engine.history[-1].messages
-    shown = [(m["content"], messages[n + 1]["content"]) for n, m in enumerate(messages[:-1]) if m["role"] == "user"]
+    text = [m["content"].split("\n\n")[0] for m in messages]  # each text is followed by the pool's hints
+    shown = [(text[n], messages[n + 1]["content"]) for n, m in enumerate(messages[:-1]) if m["role"] == "user"]
     assert (TEXT, json.dumps(RIGHT, ensure_ascii=False, separators=(",", ":"))) in shown
-    assert messages[-1] == {"role": "user", "content": NEAR}
+    assert messages[-1]["role"] == "user" and text[-1] == NEAR
 
 
 async def test_accept_adds_the_result_and_reject_adds_nothing(
@@ -376,8 +377,8 @@ async def test_corrections_on_the_shipped_catalog_never_touch_the_source_tree(
         # the next request's examples hold the correction (the catalog merged the home pool at its reload)
         engine.enqueue([json.dumps(RIGHT, ensure_ascii=False)])
         assert (await client.post(f"/extract/{TASK}", json={"text": NEAR})).status_code == 200
-        shown = [m["content"] for m in engine.history[-1].messages if m["role"] == "user"]
-        assert TEXT in shown
+        shown = [m["content"].split("\n\n")[0] for m in engine.history[-1].messages if m["role"] == "user"]
+        assert TEXT in shown  # (each text is followed by the pool's hints)
     assert tree_digest(repo_root()) == before
     [line] = [json.loads(x) for x in (home / "pools" / f"{TASK}.jsonl").read_text().splitlines()]
     assert (line["id"], line["output"], line["review"]["decision"]) == (f"review-{item_id}", RIGHT, "corrected")
@@ -460,3 +461,20 @@ async def test_an_empty_answer_joins_the_pool_only_when_the_reviewer_says_the_te
     done = await sqlite_client.post(f"/review/{item_id}/correct", json={"data": nothing, "nothing_found": True})
     assert done.status_code == 200, done.text
     assert pool_lines(root)[len(before) :] == [{"id": f"review-{item_id}", "text": TEXT, "output": nothing}]
+
+
+def test_a_typed_value_is_corrected_in_the_words_of_the_text() -> None:
+    from extractor.catalog.tasks import Catalog
+    from extractor.errors import CorrectionError
+    from extractor.review import corrections
+
+    task = Catalog.load(repo_root()).get("query_conditions")
+    text = "帮我找杭州的酒店，每晚不超过500元"
+    words = {"conditions": [{"field": "price", "operator": "le", "value": "500元"}]}
+    typed = corrections.check(task, text, words, item_id=1, corrected=True)
+    assert typed == {"conditions": [{"field": "price", "operator": "le", "value": 500, "unit": "CNY"}]}
+    assert corrections.check(task, text, typed, item_id=1, corrected=True) == typed  # or as the value itself
+    with pytest.raises(CorrectionError, match="does not fit task 'query_conditions'"):
+        corrections.check(
+            task, text, {"conditions": [{"field": "x", "operator": "about", "value": 1}]}, item_id=1, corrected=True
+        )

@@ -91,7 +91,8 @@ async def test_failed_extraction_is_422_with_attempts(client: httpx.AsyncClient,
 
 
 async def test_text_too_long_is_422(client: httpx.AsyncClient) -> None:
-    response = await client.post("/extract/landmark_slots", json={"text": "长" * 40_000})
+    body = {"text": "长" * 40_000, "options": {"chunk": False}}  # a task chunks such a text by default
+    response = await client.post("/extract/landmark_slots", json=body)
     assert response.status_code == 422 and "too long" in response.json()["message"]
 
 
@@ -196,7 +197,7 @@ async def test_task_detail(client: httpx.AsyncClient) -> None:
     assert "x-extractor" in body["schema"] and "x-extractor" not in body["engine_schema"]
     assert {"fields"} <= set(body["prompt"]["variables"]) and body["prompt"]["file"] == "landmark_slots.j2"
     assert body["prompt"]["layout"] == "instruction" and body["pool"] >= 30 and body["examples_per_request"] == 3
-    assert body["settings"]["examples_from_pool"] == {"k": 3, "diverse": True, "hints": False}
+    assert body["settings"]["examples_from_pool"] == {"k": 3, "diverse": True, "hints": True}  # the default
     assert body["settings"]["max_attempts"] is None or 1 <= body["settings"]["max_attempts"] <= 3
     assert body["settings"]["grounding"] in ("flag", "strict", "off")
 

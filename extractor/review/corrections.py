@@ -25,6 +25,7 @@ from datetime import UTC
 from pathlib import Path
 from typing import Any
 
+from extractor import values
 from extractor.catalog.tasks import Task
 from extractor.errors import CorrectionError, ReviewStoreError
 from extractor.examples.pool import MAX_TEXT_CHARS, check_output
@@ -34,12 +35,14 @@ from extractor.review.store import ReviewItem
 POOL_ID_PREFIX = "review-"
 
 
-def check(task: Task, text: str, data: Any, *, item_id: int, corrected: bool, nothing_found: bool = False) -> None:
-    """Refuse (:class:`CorrectionError`) an answer that could not be a pool line of ``task`` for ``text``.
+def check(task: Task, text: str, data: Any, *, item_id: int, corrected: bool, nothing_found: bool = False) -> Any:
+    """The answer as the pool keeps it; :class:`CorrectionError` when it could not be a pool line of ``task``.
 
     Beyond the pool's own checks, an answer without any value is refused unless the reviewer
     confirms (``nothing_found``) that the text holds nothing to extract: an empty answer teaches the
-    model to find nothing, so it needs a person's word, not a click through.
+    model to find nothing, so it needs a person's word, not a click through. A typed value
+    (:mod:`extractor.values`) may be corrected as the words of the text that state it ("May 20,
+    2014", "three (3) years"), which are typed as the model's evidence is, or as the value itself.
     """
     output = {task.wrapped: data} if task.wrapped is not None else data
     try:
@@ -50,7 +53,14 @@ def check(task: Task, text: str, data: Any, *, item_id: int, corrected: bool, no
                 "/data: holds no value (every field null or empty); if the text really holds none, "
                 'say so with "nothing_found": true'
             )
-        check_output(text, output, validator=task.validator, ungrounded=task.ungrounded, where="/data")
+        if task.values:
+            ctx = values.Context(languages=task.settings.languages, date_order=task.settings.date_order)
+            applied = values.apply(output, task.values, ctx)
+            if applied.problems:
+                raise ValueError(f"/data{next(iter(applied.problems.values()))}")
+            output = applied.data
+        skip = task.ungrounded | frozenset(task.values)  # a typed value is checked by the schema, not found
+        check_output(text, output, validator=task.validator, ungrounded=skip, where="/data")
     except ValueError as error:
         # A wrapped top level is checked as decoded ({"value": ...}): name the path as the reviewer wrote it.
         problem = str(error).replace(f"/data/{task.wrapped}", "/data", 1) if task.wrapped else str(error)
@@ -63,6 +73,7 @@ def check(task: Task, text: str, data: Any, *, item_id: int, corrected: bool, no
             f"review item {item_id}: the result cannot be accepted as it is: {problem}; "
             f"correct it instead (POST /review/{item_id}/correct)"
         ) from None
+    return output[task.wrapped] if task.wrapped is not None else output
 
 
 def empty(value: Any) -> bool:

@@ -92,9 +92,10 @@ class ReviewDesk:
             return Decided(decided)
         task = self._task(item)
         answer = data if decision == "correct" else item.result.get("data")
-        corrections.check(
+        checked = corrections.check(
             task, item.text, answer, item_id=item_id, corrected=decision == "correct", nothing_found=nothing_found
         )
+        data = checked if decision == "correct" else data  # a typed value corrected in words, typed
         note = corrections.poolable(item.text)
         settings = self.service.settings
         path = corrections.pool_path(settings.pools_dir, task.name) if note is None else None
