@@ -57,9 +57,13 @@ _SERVE_ONLY = {
 }
 
 
-# Shown in every command's --help; the other settings are accepted everywhere they apply, shown by
-# `serve --help` (the service's own) and by each command's --help-settings (all of them, once).
+# Shown in every command's --help; the other settings are accepted everywhere they apply, the
+# service's shown by `serve --help`, all of them (once) by each command's --help-settings.
 _COMMON = ("home", "tasks_dir", "engine", "model")
+_SERVICE = (*_COMMON, *sorted(_SERVE_ONLY - {"watch", "playground"}), "api_keys", "api_keys_file", "metrics_open")
+
+
+_METAVARS: dict[Any, str] = {int: "N", float: "N", bool: "BOOL", Path: "DIR"}
 
 
 class _SettingsHelp(argparse.Action):
@@ -80,10 +84,9 @@ class _SettingsHelp(argparse.Action):
         parser.exit()
 
 
-def _add_settings(parser: argparse.ArgumentParser, *, serve: bool = False) -> None:
-    group = parser.add_argument_group(
-        "settings (each also EXTRACTOR_<NAME>; --help-settings lists all)" if not serve else "settings"
-    )
+def _add_settings(parser: argparse.ArgumentParser, *, serve: bool = False, shown: Sequence[str] = _COMMON) -> None:
+    """Every setting as a flag (the service's own only with ``serve``); those in ``shown`` in the help."""
+    group = parser.add_argument_group("settings (each also EXTRACTOR_<NAME>; --help-settings lists all)")
     group.add_argument("--help-settings", action=_SettingsHelp, help="list every setting and its variable, then exit")
     hints = typing.get_type_hints(Settings)
     for f in fields(Settings):
@@ -101,13 +104,13 @@ def _add_settings(parser: argparse.ArgumentParser, *, serve: bool = False) -> No
                 except ConfigError as error:
                     raise argparse.ArgumentTypeError(str(error)) from None
 
-        shown = serve or f.name in _COMMON
         group.add_argument(
             f"--{f.name.replace('_', '-')}",
             dest=f.name,
             type=convert,
             default=None,
-            help=_SETTING_HELP.get(f.name, f"(EXTRACTOR_{f.name.upper()})") if shown else argparse.SUPPRESS,
+            metavar=_METAVARS.get(kind, f.name.upper()),
+            help=_SETTING_HELP.get(f.name, f"(EXTRACTOR_{f.name.upper()})") if f.name in shown else argparse.SUPPRESS,
         )
 
 
@@ -135,6 +138,7 @@ def _add_reference_date(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--reference-date",
         type=_reference_date,
+        metavar="DATE",
         help="YYYY-MM-DD that relative dates in typed values are read against (default: today)",
     )
 
@@ -148,9 +152,13 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         help="hold grounded string fields to the text while decoding (default: each task's setting)",
     )
-    parser.add_argument("--concurrency", type=int, help="extractions in flight (default: max-num-seqs)")
+    parser.add_argument("--concurrency", type=int, metavar="N", help="extractions in flight (default: max-num-seqs)")
     parser.add_argument(
-        "--progress-interval", type=float, default=10.0, help="seconds between progress lines when not on a terminal"
+        "--progress-interval",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="seconds between progress lines off a terminal",
     )
 
 
@@ -832,9 +840,9 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument(
         "output", metavar="OUT.jsonl", help="one record per input line; re-run to resume (--ray: a folder of shards)"
     )
-    batch.add_argument("--text-field", default="text", help="the key holding the text (default: text)")
-    batch.add_argument("--id-field", default="id", help="the key holding the row id (default: id; else line number)")
-    batch.add_argument("--max-chars", type=int, help="longer texts become error records (default: max-text-chars)")
+    batch.add_argument("--text-field", default="text", metavar="KEY", help="the key holding the text (default: text)")
+    batch.add_argument("--id-field", default="id", metavar="KEY", help="the row id's key (default: id; else line)")
+    batch.add_argument("--max-chars", type=int, metavar="N", help="longer: an error record (default: max-text-chars)")
     _add_run_options(batch)
     scale = batch.add_argument_group("on a Ray cluster (the [ray] extra)")
     scale.add_argument(
@@ -844,12 +852,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ADDRESS",
         help="run on a Ray Data actor pool: a cluster's ADDRESS, or none for RAY_ADDRESS or a local one",
     )
-    scale.add_argument("--actors", type=int, help="engines, one an actor (default: one per GPU of the cluster, else 1)")
-    scale.add_argument("--cpus-per-actor", type=float, default=1.0, help="CPUs each actor reserves (default: 1)")
-    scale.add_argument("--gpus-per-actor", type=float, help="GPUs each actor reserves (default: 1 where there are any)")
-    scale.add_argument("--shard-rows", type=int, default=100_000, help="records a shard (default: 100000)")
+    scale.add_argument("--actors", type=int, metavar="N", help="engines, one an actor (default: one a GPU, else 1)")
+    scale.add_argument("--cpus-per-actor", type=float, default=1.0, metavar="N", help="CPUs an actor reserves (1)")
+    scale.add_argument("--gpus-per-actor", type=float, metavar="N", help="GPUs an actor reserves (1 if any)")
+    scale.add_argument("--shard-rows", type=int, default=100_000, metavar="N", help="records a shard (100000)")
     scale.add_argument(
-        "--rows-per-call", type=int, help="rows an actor takes per call (default: --concurrency; more for many GPUs)"
+        "--rows-per-call", type=int, metavar="N", help="rows an actor takes a call (default: --concurrency)"
     )
     _add_settings(batch)
     batch.set_defaults(handler=_cmd_batch)
@@ -982,7 +990,7 @@ def build_parser() -> argparse.ArgumentParser:
     tune.set_defaults(handler=_cmd_tune)
 
     serve = commands.add_parser("serve", help="run the HTTP service")
-    _add_settings(serve, serve=True)
+    _add_settings(serve, serve=True, shown=_SERVICE)
     serve.add_argument("--no-watch", dest="watch", action="store_const", const=False, help="same as --watch false")
     serve.add_argument(
         "--no-playground", dest="playground", action="store_const", const=False, help="same as --playground false"
@@ -992,7 +1000,7 @@ def build_parser() -> argparse.ArgumentParser:
     mcp = commands.add_parser(
         "mcp", help="serve the tasks as MCP tools on stdin/stdout (for an assistant; `serve` has them at /mcp)"
     )
-    _add_settings(mcp, serve=True)
+    _add_settings(mcp, serve=True, shown=(*_COMMON, "watch"))
     mcp.add_argument("--no-watch", dest="watch", action="store_const", const=False, help="same as --watch false")
     mcp.set_defaults(handler=_cmd_mcp)
     return parser

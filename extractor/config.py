@@ -32,7 +32,6 @@ def default_home() -> Path:
 
 ADAPTER_SERVING = ("auto", "merged", "lora", "off")
 ENGINE_PROCESS = ("auto", "own", "shared")
-SPECULATIVE_METHODS = ("ngram", "grammar")
 OCR_MODES = ("off", "auto", "always")
 # tesseract's language codes (eng, chi_sim, deu_latf...) joined by "+"
 _OCR_LANGUAGES = re.compile(r"[a-z]{3}(_[a-z]+)*(\+[a-z]{3}(_[a-z]+)*)*")
@@ -72,10 +71,9 @@ class Settings:
     # matching the answer's last tokens in the prompt, where grounded values and the schema's keys
     # come from; the model checks them all in one step. 0: off. See README "Speculation".
     speculative_tokens: int = 0
-    # what proposes them: "ngram" (vLLM's prompt lookup, 2-5 token matches, every request) or "grammar"
-    # (constrained answers only: the grammar's forced tokens or a 1-5 token prompt lookup, whichever
-    # is longer; extractor.engines.vllm_proposer)
-    speculative_method: str = "ngram"
+    # GPU: each decoding step's token masks filled in llguidance's pool of this many threads (the mask
+    # pool hook, extractor.vllm_plugins.masks); None: 16 on CUDA (at most the host's cores), else 0
+    mask_threads: int | None = None
     # more of vLLM's engine arguments, as a JSON object of AsyncEngineArgs fields (`vllm serve`'s flags
     # with underscores), over the ones above: '{"compilation_config": {"max_cudagraph_capture_size": 1024}}'
     vllm_args: str = ""
@@ -180,10 +178,9 @@ class Settings:
                 f"EXTRACTOR_ENGINE_PROCESS: unknown place {self.engine_process!r}; "
                 f"use one of {', '.join(ENGINE_PROCESS)}"
             )
-        if self.speculative_method not in SPECULATIVE_METHODS:
+        if self.mask_threads is not None and self.mask_threads < 0:
             raise ConfigError(
-                f"EXTRACTOR_SPECULATIVE_METHOD: unknown proposer {self.speculative_method!r}; "
-                f"use one of {', '.join(SPECULATIVE_METHODS)}"
+                f"EXTRACTOR_MASK_THREADS: {self.mask_threads} threads; give 0 (vLLM's own mask fill) or more"
             )
         if self.ocr not in OCR_MODES:
             raise ConfigError(f"EXTRACTOR_OCR: unknown mode {self.ocr!r}; use one of {', '.join(OCR_MODES)}")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -126,3 +128,24 @@ def test_each_command_help_shows_its_own_options_and_the_settings_once(capsys: p
     assert "--max-num-seqs" in every and "EXTRACTOR_MAX_NUM_SEQS" in every and "--port" in every
     # hidden from the help, still accepted where they apply
     assert parser.parse_args(["train", "t", "--max-num-seqs", "4"]).max_num_seqs == 4
+
+
+def _commands(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """Every command and sub-command of ``parser`` (``review list``), with its name."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield " ".join((*path, name)), sub
+                yield from _commands(sub, (*path, name))
+
+
+def test_every_commands_help_fits_a_screen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At most 60 lines at 80 columns: the options a command is run with, not every setting (--help-settings)."""
+    from extractor.cli import build_parser
+
+    monkeypatch.setenv("COLUMNS", "80")
+    lengths = {name: len(sub.format_help().splitlines()) for name, sub in _commands(build_parser())}
+    assert {"batch", "serve", "review list", "mcp"} <= set(lengths)
+    assert {name: n for name, n in lengths.items() if n > 60} == {}

@@ -19,7 +19,7 @@ from extractor import Extractor, Settings
 from extractor.catalog.prompting import render
 from extractor.config import repo_root
 from extractor.constraints import grounded_decoding
-from extractor.engines import create_engine, vllm_masks
+from extractor.engines import create_engine
 from extractor.engines.base import GenerationRequest
 from extractor.engines.merged import MergedAdapters
 from extractor.engines.process import ProcessEngine, portable
@@ -118,16 +118,15 @@ def test_vllm_in_its_own_process_with_drafts_answers_as_in_this_one(
 ) -> None:
     """Same greedy answers and log-probabilities; streams; a caller gone aborts; a dead child is named.
 
-    The child's vLLM also takes speculative drafts (the grammar's forced tokens and a prompt lookup,
-    checked by the model: ``vllm_proposer``) and has llguidance's pool fill its masks, a row per draft
-    position (``vllm_masks``: on by default on CUDA only), which must not change a greedy answer
-    either. One engine for all three: each start costs minutes on CI's 2 cores.
+    The child's vLLM also takes speculative drafts (vLLM's prompt lookup, checked by the model) and
+    has llguidance's pool fill its masks, a row per draft position (the mask pool hook,
+    ``extractor.vllm_plugins.masks``: on by default on CUDA only), which must not change a greedy
+    answer either. One engine for all three: each start costs minutes on CI's 2 cores.
     """
-    monkeypatch.setenv(vllm_masks.ENV, "2")
     settings = Settings.from_env(
         {
             "EXTRACTOR_SPECULATIVE_TOKENS": "4",
-            "EXTRACTOR_SPECULATIVE_METHOD": "grammar",
+            "EXTRACTOR_MASK_THREADS": "2",
             "EXTRACTOR_ENFORCE_EAGER": "1",
         },
         engine="vllm",

@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 
 from extractor import Extractor
-from extractor.engines import vllm_checks
 from extractor.engines.base import GenerationRequest
+from extractor.engines.vllm import CHECKED, mark, rejection
 from extractor.errors import EngineError
+from extractor.vllm_plugins import checks
 
 BROKEN = "start: missing\n"  # a rule that is never defined: llguidance refuses it
 
@@ -29,11 +30,11 @@ def check(sampling_params: Any) -> None:
 
 
 def test_the_check_is_skipped_only_for_marked_requests() -> None:
-    vllm_checks.install()
-    vllm_checks.install()  # idempotent: one wrapper around vLLM's own
+    checks.install()
+    checks.install()  # idempotent: one wrapper around vLLM's own
     with pytest.raises(Exception, match="missing"):
         check(params(BROKEN))
-    marked = vllm_checks.mark(params(BROKEN))
+    marked = mark(params(BROKEN))
     check(marked)
     check(marked.clone())  # vLLM checks its own copy
     check(params('start: "yes" | "no"\n'))
@@ -42,16 +43,16 @@ def test_the_check_is_skipped_only_for_marked_requests() -> None:
 def test_mark_keeps_other_extra_args() -> None:
     from vllm import SamplingParams
 
-    marked = vllm_checks.mark(SamplingParams(extra_args={"theirs": 1}))
-    assert marked.extra_args == {"theirs": 1, vllm_checks.KEY: True}
-    assert not vllm_checks.marked(SamplingParams())
+    marked = mark(SamplingParams(extra_args={"theirs": 1}))
+    assert marked.extra_args == {"theirs": 1, CHECKED: True}
+    assert not checks.marked(SamplingParams())
 
 
 def test_rejection_names_what_vllm_would_have_refused() -> None:
-    vllm_checks.install()
-    refused = vllm_checks.rejection(vllm_checks.mark(params(BROKEN)))
+    checks.install()
+    refused = rejection(mark(params(BROKEN)))
     assert refused is not None and "missing" in refused
-    assert vllm_checks.rejection(vllm_checks.mark(params('start: "yes"\n'))) is None
+    assert rejection(mark(params('start: "yes"\n'))) is None
 
 
 @pytest.mark.engine

@@ -1,4 +1,4 @@
-"""The mask-fill plugin: llguidance's pool fills the same token masks as vLLM's own fill, or stays out.
+"""The mask pool hook: llguidance's pool fills the same token masks as vLLM's own fill, or stays out.
 
 The plugin's ``grammar_bitmask`` runs on a manager object that holds only what it reads, with real
 llguidance matchers of the shipped tasks' grammars on the default model's tokenizer, advanced
@@ -8,8 +8,6 @@ through real answers; each expected row is what vLLM's fill writes there (the gr
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,7 +15,7 @@ import numpy as np
 import pytest
 
 from extractor import Catalog, Settings
-from extractor.engines import vllm_masks
+from extractor.vllm_plugins import masks as vllm_masks
 
 torch = pytest.importorskip("torch")
 llguidance = pytest.importorskip("llguidance")
@@ -86,8 +84,8 @@ def test_the_pool_fills_the_masks_vllm_fills(
     original = structured.StructuredOutputManager.grammar_bitmask
     monkeypatch.setattr(structured.StructuredOutputManager, "grammar_bitmask", original)
     monkeypatch.setenv(vllm_masks.ENV, "2")
-    vllm_masks.register()
-    vllm_masks.register()  # idempotent: one wrapper
+    vllm_masks.install()
+    vllm_masks.install()  # idempotent: one wrapper
     patched = structured.StructuredOutputManager.grammar_bitmask
     assert patched is not original and patched.__extractor_masks__
     ours = manager(lt, len(ids) + 3)
@@ -141,7 +139,7 @@ def test_steps_with_drafts_get_a_row_per_draft_position_from_the_pool(
     original = structured.StructuredOutputManager.grammar_bitmask
     monkeypatch.setattr(structured.StructuredOutputManager, "grammar_bitmask", original)
     monkeypatch.setenv(vllm_masks.ENV, "2")
-    vllm_masks.register()
+    vllm_masks.install()
     patched = structured.StructuredOutputManager.grammar_bitmask
     got = patched(manager(lt, len(ids), speculative=4), requests, ids, drafts)
     assert np.array_equal(got, expected)
@@ -162,7 +160,7 @@ def test_padded_drafts_keep_vllms_fill(
 
     monkeypatch.setattr(structured.StructuredOutputManager, "grammar_bitmask", vllms)
     monkeypatch.setenv(vllm_masks.ENV, "2")
-    vllm_masks.register()
+    vllm_masks.install()
     patched = structured.StructuredOutputManager.grammar_bitmask
     patched(manager(lt, len(ids), speculative=2), requests, ids, {ids[0]: [-1, -1]})
     assert calls == [len(ids)]
@@ -178,7 +176,7 @@ def test_unset_or_zero_leaves_vllm_alone(monkeypatch: pytest.MonkeyPatch) -> Non
             monkeypatch.delenv(vllm_masks.ENV, raising=False)
         else:
             monkeypatch.setenv(vllm_masks.ENV, value)
-        vllm_masks.register()
+        vllm_masks.install()
         assert structured.StructuredOutputManager.grammar_bitmask is original
 
 
@@ -186,33 +184,50 @@ def test_unset_or_zero_leaves_vllm_alone(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_a_bad_thread_count_is_named(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(vllm_masks.ENV, value)
     with pytest.raises(ValueError, match=vllm_masks.ENV):
-        vllm_masks.register()
+        vllm_masks.install()
 
 
-def test_vllm_finds_the_plugin() -> None:
-    code = "from vllm.plugins import load_plugins_by_group as g; print(' '.join(g('vllm.general_plugins')))"
-    listed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
-    assert "extractor_masks" in listed.stdout.strip().splitlines()[-1].split()
+def test_a_bad_thread_count_is_named_before_the_engine_starts() -> None:
+    from extractor.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="EXTRACTOR_MASK_THREADS: expected a number, got 'lots'"):
+        Settings.from_env({"EXTRACTOR_MASK_THREADS": "lots"})
+    with pytest.raises(ConfigError, match="EXTRACTOR_MASK_THREADS: -1 threads"):
+        Settings.from_env({"EXTRACTOR_MASK_THREADS": "-1"})
 
 
-def test_a_bad_thread_count_stops_the_engine_before_it_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_setting_reaches_vllms_processes_through_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine writes the setting where the hook reads it (vLLM's engine core inherits the environment)."""
+    import asyncio
+
+    from extractor.engines import vllm as engine_module
     from extractor.engines.vllm import VLLMEngine
-    from extractor.errors import EngineError
 
-    monkeypatch.setenv(vllm_masks.ENV, "lots")
-    engine = VLLMEngine(Settings.from_env({}))
-    with pytest.raises(EngineError, match="EXTRACTOR_MASK_THREADS: 'lots' is not a whole number"):
-        engine.start_sync()
+    class StopError(Exception):
+        pass
+
+    def stop(*_: Any, **__: Any) -> Any:
+        raise StopError
+
+    monkeypatch.setattr(engine_module, "has_cuda", lambda: False)
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    monkeypatch.setenv(vllm_masks.ENV, "0")
+    engine = VLLMEngine(Settings.from_env({}, mask_threads=3))
+    monkeypatch.setattr(engine, "_engine_args", stop)  # nothing starts
+    with pytest.raises(StopError):
+        asyncio.run(engine._build())
+    assert vllm_masks.threads() == 3
 
 
 def test_on_cuda_the_pool_is_on_unless_the_user_said_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
+    from extractor.engines import vllm as engine_module
     from extractor.engines.vllm import cuda_environment
 
-    monkeypatch.setattr(vllm_masks.os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(engine_module.os, "cpu_count", lambda: 64)
     fresh: dict[str, str] = {}
     cuda_environment(fresh)
     assert fresh == {"VLLM_WORKER_MULTIPROC_METHOD": "spawn", vllm_masks.ENV: "16"}
-    monkeypatch.setattr(vllm_masks.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(engine_module.os, "cpu_count", lambda: 4)
     small: dict[str, str] = {}
     cuda_environment(small)
     assert small[vllm_masks.ENV] == "4"  # never more threads than cores

@@ -3,6 +3,10 @@
 vLLM's AsyncLLM is bound to the event loop it was created on. We give it a loop of its own on
 a background thread (:class:`~extractor.engines.loop.LoopThread`), so one engine serves any
 caller; cancelling the caller cancels the engine-side task, which aborts the vLLM request.
+
+What extractor changes inside vLLM lives in :mod:`extractor.vllm_plugins`, which vLLM loads
+through its plugin entry points; this module imports none of it. It speaks to those hooks through
+the environment (``EXTRACTOR_MASK_THREADS``) and a mark on each request's parameters (:func:`mark`).
 """
 
 from __future__ import annotations
@@ -19,17 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from extractor.config import Settings
-from extractor.engines import (
-    lifeline,
-    main_guard,
-    memory,
-    priority,
-    vllm_ahead,
-    vllm_checks,
-    vllm_masks,
-    vllm_proposer,
-    vllm_staging,
-)
+from extractor.engines import lifeline, main_guard, memory, priority
 from extractor.engines.base import Generation, GenerationRequest
 from extractor.engines.local import LocalModel
 from extractor.engines.loop import LoopThread
@@ -40,6 +34,11 @@ from extractor.models import resolve_model_dir
 T = TypeVar("T")
 log = logging.getLogger("extractor.engine")
 _ids = itertools.count()
+
+MASK_THREADS = "EXTRACTOR_MASK_THREADS"  # the mask pool's threads, read by the hook in vLLM's processes
+CUDA_MASK_THREADS = 16  # measured on an H200 with 16 host cores (bench/results/mask_fill.md)
+CHECKED = "extractor_checked"  # in SamplingParams.extra_args: extractor checked this request's constraint
+UNWRAPPED = "extractor_wrapped"  # on vLLM's grammar check, where the checks hook wrapped it: vLLM's own
 
 
 def has_cuda() -> bool:
@@ -67,7 +66,34 @@ def cuda_environment(environ: MutableMapping[str, str]) -> None:
     # Each step's token masks in llguidance's pool (the engine core inherits the variable):
     # constrained output 1.2-1.8x faster on an H200, latency at 1 and 16 clients as before
     # (bench/results/mask_fill.md); EXTRACTOR_MASK_THREADS=0 keeps vLLM's own fill.
-    environ.setdefault(vllm_masks.ENV, str(vllm_masks.cuda_default()))
+    environ.setdefault(MASK_THREADS, str(cuda_mask_threads()))
+
+
+def cuda_mask_threads() -> int:
+    """The mask pool's threads on CUDA when ``EXTRACTOR_MASK_THREADS`` is unset: 16, at most the host's cores."""
+    return min(CUDA_MASK_THREADS, os.cpu_count() or 1)
+
+
+def mark(sampling_params: Any) -> Any:
+    """The same parameters, marked: their constraint comes from extractor, which has checked it.
+
+    The grammar checks hook (:mod:`extractor.vllm_plugins.checks`) skips vLLM's second check for them.
+    """
+    sampling_params.extra_args = {**(sampling_params.extra_args or {}), CHECKED: True}
+    return sampling_params
+
+
+def rejection(sampling_params: Any) -> str | None:
+    """Why vLLM's check refuses this request's constraint (None: it compiles), asked after an empty answer."""
+    from vllm.v1.structured_output import backend_guidance
+
+    check = backend_guidance.validate_guidance_grammar
+    check = getattr(check, UNWRAPPED, check)
+    try:
+        check(sampling_params, tokenizer=None)
+    except Exception as error:  # noqa: BLE001 - VLLMValidationError: a ValueError in 0.26, not in 0.32
+        return str(error)
+    return None
 
 
 def with_extra_arguments(ours: dict[str, Any], extra: dict[str, Any], kind: Any) -> dict[str, Any]:
@@ -82,16 +108,10 @@ def with_extra_arguments(ours: dict[str, Any], extra: dict[str, Any], kind: Any)
     return {**ours, **extra}
 
 
-def speculation(tokens: int, method: str = "ngram") -> dict[str, Any] | None:
-    """The engine's speculative config: ``tokens`` per step, or None when 0.
-
-    From the prompt-lookup proposer (vLLM's "ngram", a match of 2-5 prompt tokens) or the grammar's
-    drafts (``vllm_proposer``).
-    """
+def speculation(tokens: int) -> dict[str, Any] | None:
+    """The engine's speculative config: ``tokens`` per step from vLLM's prompt lookup ("ngram", 2-5 tokens), or None."""
     if tokens <= 0:
         return None
-    if method == "grammar":
-        return vllm_proposer.speculative_config(tokens)
     return {"method": "ngram", "num_speculative_tokens": tokens, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
 
 
@@ -185,11 +205,13 @@ class VLLMEngine(LocalModel):
             enable_lora=s.max_lora_rank > 0,
             max_lora_rank=_lora_rank(s.max_lora_rank),
             max_loras=s.max_loras,
-            speculative_config=speculation(s.speculative_tokens, s.speculative_method),
+            speculative_config=speculation(s.speculative_tokens),
         )
         return AsyncEngineArgs(**with_extra_arguments(ours, s.engine_arguments, AsyncEngineArgs))
 
     async def _build(self) -> Any:
+        if self._settings.mask_threads is not None:  # the hook reads it in vLLM's processes
+            os.environ[MASK_THREADS] = str(self._settings.mask_threads)
         if has_cuda():
             cuda_environment(os.environ)
         elif "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
@@ -201,9 +223,6 @@ class VLLMEngine(LocalModel):
             if size.note is not None:
                 log.warning("%s", size.note)
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(size.gib)
-        vllm_masks.threads()  # a bad EXTRACTOR_MASK_THREADS is named here, not deep in the engine core
-        vllm_ahead.wanted()  # and EXTRACTOR_MASK_AHEAD
-        vllm_staging.wanted()  # and EXTRACTOR_MASK_STAGING
         if self._settings.speculative_tokens and not has_cuda():
             log.warning(
                 "EXTRACTOR_SPECULATIVE_TOKENS on vLLM's CPU backend: sampled (temperature > 0) constrained "
@@ -211,7 +230,6 @@ class VLLMEngine(LocalModel):
             )
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        vllm_checks.install()
         return AsyncLLM.from_engine_args(self._engine_args())
 
     def _running(self) -> LoopThread:
@@ -263,7 +281,7 @@ class VLLMEngine(LocalModel):
             **({} if stream else self._tokens_only(request, SamplingParams)),
         )
         # every constraint was checked before it got here (catalog, ad-hoc task, grounded builder)
-        return vllm_checks.mark(params) if structured is not None else params
+        return mark(params) if structured is not None else params
 
     def _tokens_only(self, request: GenerationRequest, sampling: Any) -> dict[str, Any]:
         """Where the answer's tokens come back anyway (logprobs asked), its text comes from them here.
@@ -331,7 +349,7 @@ class VLLMEngine(LocalModel):
         text = completion.text if params.detokenize else self.answer_text(ids)
         if not text and params.structured_outputs is not None:
             # an empty answer under a constraint: the engine core's matcher may have refused the grammar
-            refused = vllm_checks.rejection(params)
+            refused = rejection(params)
             if refused is not None:
                 raise EngineError(f"vLLM refused the request's constraint: {refused}")
         ends: tuple[int, ...] = ()

@@ -1,4 +1,4 @@
-"""Token masks of a decoding step filled by llguidance's own thread pool: a vLLM general plugin.
+"""Token masks of a decoding step filled by llguidance's own thread pool (the mask pool hook).
 
 vLLM 0.26 fills the token mask of every structured sequence on its engine core's main thread,
 one after another, below 129 such sequences in a step (above, in up to 8 Python threads, 16
@@ -8,41 +8,33 @@ fills every draft position of every sequence one after another at any batch size
 to llguidance's Rust thread pool of N threads in one call
 (``fill_next_token_bitmask_par_with_draft_tokens``: a row per draft position and one after them),
 at any batch size. Other backends, drafts padded by async scheduling or holding the stop token,
-and vLLM releases without the hook keep vLLM's own fill. ``EXTRACTOR_MASK_AHEAD=1`` also advances
-the grammars and fills the next step's masks while vLLM's scheduler goes through a step's outputs
-(:mod:`extractor.engines.vllm_ahead`).
+and vLLM releases without the hook keep vLLM's own fill.
 
 On an H200 (7B-class model, 16 host cores) the pool of 16 took P5 (constrained output tok/s against
 free text of the same length) from 0.40 to 0.71 for the task schema and from 0.34 to 0.42 for the
 substring grammar one task at a time, 0.36 -> 0.50 and 0.28 -> 0.37 with every task mixed 256 at
 once (``bench/results/mask_fill.md``), and ``extractor batch`` 1.20x (grounded) and 1.86x (grounding
 off), with latency at 1 and 16 clients as without it. The in-process engine turns it on on CUDA
-(:func:`cuda_default` threads) unless the variable is set; ``vllm serve`` gets it where the variable
-is set in its environment. On the CPU backend the model's own threads hold the cores: off there.
+(``extractor.engines.vllm.cuda_environment``) unless the setting says otherwise; ``vllm serve`` gets
+it where the variable is set in its environment. On the CPU backend the model's own threads hold the
+cores: off there.
 
-vLLM loads the entry point ``vllm.general_plugins: extractor_masks`` (``pyproject.toml``) in every
-process that runs an engine, its engine core included (spawned on CUDA: a patch made in the parent
-would not reach it); unset or 0, ``register`` changes nothing, so installing extractor beside some
-other vLLM application leaves that one as it was. ``bench/mask_fill.py`` measures it.
+vLLM runs :func:`extractor.vllm_plugins.register` in every process that runs an engine, its engine
+core included (spawned on CUDA: a patch made in the parent would not reach it); unset or 0,
+:func:`install` changes nothing, so installing extractor beside some other vLLM application leaves
+that one as it was.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 from typing import Any
 
-from extractor.engines import vllm_ahead
-
-# under vLLM's logger: the line shows in its log, with the engine core's pid, where the plugin acts
-log = logging.getLogger("vllm.extractor_masks")
-
-ENV = "EXTRACTOR_MASK_THREADS"
-CUDA_THREADS = 16  # measured on an H200 with 16 host cores
+from extractor.engines.vllm import MASK_THREADS as ENV
 
 
 def threads() -> int:
-    """N from ``EXTRACTOR_MASK_THREADS`` (0: vLLM's own fill)."""
+    """N from ``EXTRACTOR_MASK_THREADS`` (0: vLLM's own fill), as vLLM's processes see it."""
     raw = os.environ.get(ENV, "").strip() or "0"
     try:
         value = int(raw)
@@ -53,11 +45,6 @@ def threads() -> int:
     return value
 
 
-def cuda_default() -> int:
-    """The in-process engine's pool on CUDA when ``EXTRACTOR_MASK_THREADS`` is unset: 16, at most the host's cores."""
-    return min(CUDA_THREADS, os.cpu_count() or 1)
-
-
 def constrained(manager: Any, request: Any) -> bool:
     """Whether this step's token is under the grammar (not inside a reasoning section), as vLLM decides it."""
     if hasattr(manager, "should_fill_bitmask"):  # vLLM 0.26
@@ -65,30 +52,27 @@ def constrained(manager: Any, request: Any) -> bool:
     return bool(manager._get_constraint_bounds(request, ()).constraint_start == 0)  # 0.32
 
 
-def register() -> None:
-    """The plugin hook vLLM calls: route mask fills through llguidance's pool when asked to; idempotent."""
+def install() -> tuple[bool, str]:
+    """Route mask fills through llguidance's pool when asked to; idempotent. (patched, what was done or why not)."""
     count = threads()
     if count == 0:
-        return
-    ahead = vllm_ahead.wanted()
+        return False, f"{ENV} unset or 0"
     try:
         import llguidance
         import llguidance.torch as llguidance_torch
-        from vllm.v1.core.sched.scheduler import Scheduler
         from vllm.v1.structured_output import StructuredOutputManager
         from vllm.v1.structured_output.backend_guidance import GuidanceGrammar
     except ImportError as error:  # another vLLM layout: its own fill stays
-        log.warning("%s=%d: vLLM's structured-output manager not found (%s); masks filled by vLLM", ENV, count, error)
-        return
+        return False, f"vLLM's structured-output manager not found ({error})"
+    done = f"token masks filled by llguidance's pool of {count} threads"
     original = StructuredOutputManager.grammar_bitmask
     if getattr(original, "__extractor_masks__", False):
-        return
+        return True, done
     pool = llguidance.LLExecutor(count)
 
     def grammar_bitmask(
         self: Any, requests: dict[str, Any], request_ids: list[str], spec_tokens: dict[str, list[int]]
     ) -> Any:
-        early = vllm_ahead.take(self)  # settled before anything reads the grammars
         if not request_ids or self.vllm_config.model_config.is_diffusion:
             return original(self, requests, request_ids, spec_tokens)
         grammars = [requests[i].structured_output_request.grammar for i in request_ids]
@@ -102,22 +86,15 @@ def register() -> None:
             self._grammar_bitmask = self.backend.allocate_token_bitmask(rows)
         bitmask = self._grammar_bitmask
         matchers, drafted = [], []  # llguidance's draft call refuses an empty draft
-        filled = early.rows() if early is not None else {}
-        into, out_of = [], []  # rows filled ahead (vllm_ahead): this bitmask's, the early buffer's
         row = 0
         for request_id, grammar, draft in zip(request_ids, grammars, drafts, strict=True):
             if not constrained(self, requests[request_id]) or grammar.is_terminated():
                 bitmask[row : row + len(draft) + 1].fill_(self._full_mask)
             elif draft:
                 drafted.append((grammar.ll_matcher, row, draft))
-            elif request_id in filled:
-                into.append(row)
-                out_of.append(filled[request_id])
             else:
                 matchers.append((grammar.ll_matcher, row))
             row += len(draft) + 1
-        if into and early is not None:
-            bitmask[into] = early.buffer[out_of]
         if matchers:
             llguidance_torch.fill_next_token_bitmask_par(pool, matchers, bitmask)
         if drafted:
@@ -130,12 +107,4 @@ def register() -> None:
 
     grammar_bitmask.__extractor_masks__ = True  # type: ignore[attr-defined]
     StructuredOutputManager.grammar_bitmask = grammar_bitmask  # type: ignore[method-assign,assignment]
-    if ahead:
-        vllm_ahead.install(pool, Scheduler, GuidanceGrammar, constrained)
-    log.info(
-        "%s=%d: token masks filled by llguidance's pool of %d threads%s",
-        ENV,
-        count,
-        count,
-        ", the next step's ahead (EXTRACTOR_MASK_AHEAD=1)" if ahead else "",
-    )
+    return True, done
