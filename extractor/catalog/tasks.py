@@ -28,6 +28,7 @@ from extractor.errors import ConfigError, TaskError, UnknownTaskError
 from extractor.examples.pool import Example, ExamplePool, PoolSettings, load_pool, summarize
 from extractor.review import calibration
 from extractor.review.calibration import Calibration
+from extractor.schema import join, resolve, walk
 from extractor.training.manifest import MANIFEST, AdapterError, check_task
 from extractor.typed import TypedModel, model_for_schema
 from extractor.values import ValueField
@@ -201,6 +202,9 @@ class Task:
     # Typed value fields by field path (extractor.values): the model answers their evidence, the
     # service reads the typed value from it; ``engine_schema`` is then the evidence schema.
     values: Mapping[str, ValueField] = field(default_factory=dict)
+    # The schema the model answers in: ``schema`` with each typed value field as its evidence, a
+    # string (``schema`` itself without value fields); ``engine_schema`` is it without ``x-*`` keys.
+    answer_schema: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def uses_pool(self) -> bool:
@@ -351,6 +355,7 @@ def load_task(
         ungrounded=ungrounded,
         warnings=tuple(warnings),
         engine_schema=checked.engine_schema,
+        answer_schema=checked.answer_schema,
         typed=checked.typed,
         values=checked.values,
         pool=pool,
@@ -393,6 +398,7 @@ class _Checked:
     validator: Validator
     ungrounded: frozenset[str]
     engine_schema: dict[str, Any]
+    answer_schema: dict[str, Any]
     prepared: task_schema.TaskSchema
     as_written: tuple[Validator, frozenset[str]]  # the validator and ungrounded paths of unwrapped values
     values: dict[str, ValueField]
@@ -418,7 +424,8 @@ def _check_all(where: str, source: dict[str, Any], name: str, backend: GrammarBa
     _check_examples(where, examples, *as_written)
     examples = task_schema.wrap_examples(prepared, examples)
     # Value fields are decoded as their evidence: the model copies the words, the service types them.
-    engine_schema = decoding.engine_schema(values.evidence_schema(schema) if typed_values else schema)
+    answer_schema = values.evidence_schema(schema) if typed_values else schema
+    engine_schema = decoding.engine_schema(answer_schema)
     warnings += limits.check_compiles(
         where, engine_schema, backend=backend, allow_unenforced=settings.unenforced_allowed
     )
@@ -430,6 +437,7 @@ def _check_all(where: str, source: dict[str, Any], name: str, backend: GrammarBa
         prepared.validator,
         ungrounded,
         engine_schema,
+        answer_schema,
         prepared,
         as_written,
         typed_values,
@@ -460,6 +468,7 @@ def task_from_schema(name: str, schema: dict[str, Any], *, where: str, backend: 
         ungrounded=checked.ungrounded,
         warnings=checked.warnings,
         engine_schema=checked.engine_schema,
+        answer_schema=checked.answer_schema,
         typed=checked.typed,
         values=checked.values,
         instruction_only=True,
@@ -504,13 +513,9 @@ def _read_schema(path: Path) -> dict[str, Any]:
     return schema
 
 
-def _pointer(parts: Sequence[Any]) -> str:
-    return "#" + "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
-
-
 def _check_schema(where: str, schema: dict[str, Any]) -> None:
     # ``schema`` is already checked by its own draft and translated (extractor.constraints.task_schema).
-    for pointer, sub in decoding.walk(schema):
+    for pointer, sub in walk(schema):
         for key in ("$ref", "$dynamicRef"):
             ref = sub.get(key)
             if ref is None:
@@ -521,7 +526,7 @@ def _check_schema(where: str, schema: dict[str, Any]) -> None:
                     f"{pointer}/{key}",
                     f"{key} {ref!r} points outside this schema; only local refs ('#/$defs/...') are allowed",
                 )
-            if not isinstance(grounding._resolve(schema, ref), (Mapping, bool)):
+            if not isinstance(resolve(schema, ref), (Mapping, bool)):
                 raise TaskError(where, f"{pointer}/{key}", f"{key} {ref!r} does not resolve to a schema in this file")
         if "$id" in sub and pointer != "#":
             raise TaskError(where, f"{pointer}/$id", "nested $id is not allowed (it changes how refs resolve)")
@@ -530,7 +535,7 @@ def _check_schema(where: str, schema: dict[str, Any]) -> None:
 
 def _check_ref_cycles(where: str, schema: Mapping[str, Any]) -> None:
     """Reject refs that loop back without going into the instance (validation would recurse forever)."""
-    pointers = {id(sub): pointer for pointer, sub in decoding.walk(schema)}
+    pointers = {id(sub): pointer for pointer, sub in walk(schema)}
     done: set[int] = set()
 
     def in_place(sub: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
@@ -544,7 +549,7 @@ def _check_ref_cycles(where: str, schema: Mapping[str, Any]) -> None:
             yield "dependentSchemas", branch
         for key in ("$ref", "$dynamicRef"):
             if isinstance(sub.get(key), str):
-                yield key, grounding._resolve(schema, sub[key])
+                yield key, resolve(schema, sub[key])
 
     def visit(sub: Mapping[str, Any], stack: list[int]) -> None:
         if id(sub) in done:
@@ -564,7 +569,7 @@ def _check_ref_cycles(where: str, schema: Mapping[str, Any]) -> None:
         stack.pop()
         done.add(id(sub))
 
-    for _, sub in decoding.walk(schema):
+    for _, sub in walk(schema):
         visit(sub, [])
 
 
@@ -572,7 +577,7 @@ def _read_settings(where: str, schema: Mapping[str, Any]) -> tuple[TaskSettings,
     raw = schema.get(SETTINGS_KEY, {})
     error = next(iter(sorted(_SETTINGS_VALIDATOR.iter_errors(raw), key=lambda e: list(e.path))), None)
     if error is not None:
-        raise TaskError(where, _pointer([SETTINGS_KEY, *error.path]), error.message)
+        raise TaskError(where, join([SETTINGS_KEY, *error.path], "#"), error.message)
     examples = tuple(Example(text=e["text"], output=e["output"]) for e in raw.get("examples", []))
     values = {k: v for k, v in raw.items() if k not in ("examples", "chunking", "examples_from_pool", "review")}
     if "languages" in raw:
@@ -620,9 +625,7 @@ def _check_examples(where: str, examples: Sequence[Example], validator: Validato
         base = f"#/{SETTINGS_KEY}/examples/{i}/output"
         error = jsonschema.exceptions.best_match(validator.iter_errors(example.output))
         if error is not None:
-            raise TaskError(
-                where, base + _pointer(list(error.path))[1:], f"example does not match the schema: {error.message}"
-            )
+            raise TaskError(where, base + join(error.path), f"example does not match the schema: {error.message}")
         for span in grounding.locate(example.text, example.output, skip=ungrounded):
             if span.status == "missing":
                 raise TaskError(where, base + span.path, f"example value {span.value!r} does not occur in its text")
@@ -682,7 +685,7 @@ def type_label(root: Mapping[str, Any], sub: Mapping[str, Any], depth: int = 0) 
     if depth > 8:
         return "value"
     if isinstance(sub.get("$ref"), str):
-        target = grounding._resolve(root, sub["$ref"])
+        target = resolve(root, sub["$ref"])
         return type_label(root, target, depth + 1) if isinstance(target, Mapping) else "value"
     if "const" in sub:
         return f"exactly {json.dumps(sub['const'], ensure_ascii=False)}"

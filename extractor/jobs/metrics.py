@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from extractor import values
-from extractor.grounding import escape_token
+from extractor.schema import escape
 from extractor.values import ValueField
 
 Leaf = tuple[str, str]  # (field path, normalized value)
@@ -45,7 +45,7 @@ def leaves(data: Any, pointer: str = "") -> Iterator[Leaf]:
     """``(field path, normalized value)`` for every non-null scalar in ``data``."""
     if isinstance(data, Mapping):
         for key, value in data.items():
-            yield from leaves(value, f"{pointer}/{str(key).replace('~', '~0').replace('/', '~1')}")
+            yield from leaves(value, f"{pointer}/{escape(str(key))}")
     elif isinstance(data, list):
         for value in data:
             yield from leaves(value, pointer)
@@ -123,7 +123,7 @@ def _typed(data: Any, fields: Mapping[str, ValueField] | None) -> Any:
 def _strings(data: Any, fields: Mapping[str, ValueField], pointer: str = "") -> Any:
     """``data`` with the typed fields' values as text, so a label written either way is read the same."""
     if isinstance(data, Mapping):
-        return {k: _strings(v, fields, f"{pointer}/{escape_token(str(k))}") for k, v in data.items()}
+        return {k: _strings(v, fields, f"{pointer}/{escape(str(k))}") for k, v in data.items()}
     if isinstance(data, list):
         return [_strings(v, fields, pointer) for v in data]
     if pointer in fields and data is not None and not isinstance(data, bool):

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from extractor.grounding import field_path, scalar_leaves
+from extractor.schema import unescape
 from extractor.values import dates, durations
 from extractor.values.context import Context, EvidenceError
 from extractor.values.fields import ValueField
@@ -120,7 +121,7 @@ def as_evidence(text: str, output: Any, fields: dict[str, ValueField] | Any) -> 
 
 
 def _set(data: Any, pointer: str, value: Any) -> None:
-    tokens = [t.replace("~1", "/").replace("~0", "~") for t in pointer.split("/")[1:]]
+    tokens = [unescape(t) for t in pointer.split("/")[1:]]
     node = data
     for token in tokens[:-1]:
         node = node[int(token)] if isinstance(node, list) else node[token]

@@ -14,12 +14,11 @@ service reads the typed value back from those words (:mod:`extractor.values.norm
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from extractor.constraints.decoding import node_at
-from extractor.grounding import escape_token
+from extractor.schema import walk_fields
 
 FORMATS = ("date", "date-time", "time", "duration")
 NUMBERS = ("number", "integer")
@@ -29,7 +28,6 @@ FIELD_SETTINGS = ("unit", "currency", "date_order", "languages", "percent")
 PASSAGE_SETTINGS = ("query", "passages", "merge", "from", "expect")
 EVIDENCE_MAX_CHARS = 120
 _MAX_DEPTH = 32
-_REF_REPEATS = 3
 
 
 @dataclass(frozen=True)
@@ -61,38 +59,25 @@ def kind_of(node: Any) -> str | None:
 def value_fields(schema: Mapping[str, Any]) -> dict[str, ValueField]:
     """Every value field of ``schema`` by field path (local ``$ref``s followed)."""
     found: dict[str, ValueField] = {}
-    _collect(schema, schema, "", found, depth=0, refs=())
-    return found
 
-
-def _collect(
-    root: Mapping[str, Any], node: Any, path: str, found: dict[str, ValueField], depth: int, refs: tuple[str, ...]
-) -> None:
-    if not isinstance(node, Mapping) or depth > _MAX_DEPTH:
-        return
-    kind = kind_of(node)
-    if kind is not None:
+    def visit(path: str, node: Mapping[str, Any]) -> bool:
+        kind = kind_of(node)
+        if kind is None:
+            return False
         types = node.get("type")
         nullable = isinstance(types, list) and "null" in types
         settings = node.get(SETTINGS_KEY) if isinstance(node.get(SETTINGS_KEY), Mapping) else {}
         found.setdefault(path, ValueField(path, kind, dict(settings or {}), nullable))
-        return
-    ref = node.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#") and refs.count(ref) < _REF_REPEATS:
-        _collect(root, node_at(root, ref[1:]), path, found, depth + 1, (*refs, ref))
-    for key in ("anyOf", "oneOf"):
-        branches = [b for b in node.get(key) or [] if not _is_null(b)]
-        if len(branches) == 1:  # a value or null: the value's branch decides
-            _collect(root, branches[0], path, found, depth + 1, refs)
-        else:
-            for branch in branches:  # a union of shapes: only objects and arrays inside it are followed
-                if kind_of(branch) is None:
-                    _collect(root, branch, path, found, depth + 1, refs)
-    for branch in node.get("allOf") or []:
-        _collect(root, branch, path, found, depth + 1, refs)
-    for name, child in (node.get("properties") or {}).items():
-        _collect(root, child, f"{path}/{escape_token(str(name))}", found, depth + 1, refs)
-    _collect(root, node.get("items"), path, found, depth + 1, refs)
+        return True
+
+    walk_fields(schema, visit, union=_union)
+    return found
+
+
+def _union(branches: Sequence[Any]) -> list[Any]:
+    # A value or null: the value's branch decides; a union of shapes: only objects and arrays inside it are followed.
+    live = [b for b in branches if not _is_null(b)]
+    return live if len(live) == 1 else [b for b in live if kind_of(b) is None]
 
 
 def evidence_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
