@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from extractor.catalog import patterns
+from extractor.constraints import patterns
 from extractor.errors import TaskError
 from extractor.schema import join, resolve, unescape
 

@@ -22,7 +22,7 @@ import referencing.jsonschema
 from jsonschema.protocols import Validator
 from jsonschema.validators import Draft202012Validator
 
-from extractor.catalog import patterns
+from extractor.constraints import patterns
 from extractor.constraints.drafts import Draft
 from extractor.schema import unescape
 
@@ -127,7 +127,7 @@ def unwrap_pointer(pointer: str, key: str | None) -> str:
 def validator(source: Mapping[str, Any], draft: Draft, key: str | None) -> Validator:
     """A validator of outputs as decoded: ``source`` checked by its own draft (under ``key`` when wrapped).
 
-    ``pattern``, ``patternProperties`` and format ``regex`` run on RE2 (:mod:`extractor.catalog.patterns`):
+    ``pattern``, ``patternProperties`` and format ``regex`` run on RE2 (:mod:`extractor.constraints.patterns`):
     linear time, so no output can make validation backtrack for minutes.
     """
     cls = patterns.linear_time(draft.validator)

@@ -13,15 +13,17 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from extractor.catalog.tasks import Task
 from extractor.errors import ExtractorError
 from extractor.examples import placing
 from extractor.examples.pool import check_line
-from extractor.jobs.gold import TaskMap
-from extractor.jobs.journal import write_atomic
 from extractor.schema import resolve, types_of
+from extractor.storage import write_atomic
+
+if TYPE_CHECKING:  # the catalog and the gold files are above the pools: named in annotations only
+    from extractor.catalog.tasks import Task
+    from extractor.jobs.gold import TaskMap
 
 
 @dataclass

@@ -29,7 +29,7 @@ from extractor.errors import (
     TextTooLongError,
 )
 from extractor.grounding import GroundingPolicy
-from extractor.jobs.journal import Journal, write_atomic
+from extractor.jobs.journal import Journal
 from extractor.jobs.progress import Progress
 from extractor.jobs.rows import (
     DEFAULT_MAX_CHARS,
@@ -43,6 +43,7 @@ from extractor.jobs.rows import (
     row_key,
 )
 from extractor.results import ExtractionResult
+from extractor.storage import write_atomic
 
 
 @dataclass(frozen=True)
