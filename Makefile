@@ -103,6 +103,7 @@ lint: setup
 	$(VENV)/bin/ruff check extractor tests bench docs/hooks.py
 	$(VENV)/bin/ruff format --check extractor tests bench docs/hooks.py
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-logo
 	$(DOCS_BUILD)
 
 fix: setup

@@ -26,11 +26,12 @@ from typing import Any
 
 from bench.common import GOLD, RESULTS, ROOT, machine
 from extractor import Catalog, Extractor, Settings
+from extractor.adapters import manifest
+from extractor.adapters.merge import merge
 from extractor.jobs.evaluation import evaluate
 from extractor.jobs.gold import load_gold, select, task_map
 from extractor.models import resolve_model_dir
-from extractor.training import data, manifest, trainer
-from extractor.training.merge import merge
+from extractor.training import data, trainer
 
 ADAPTER = "adapters/snips"
 

@@ -467,7 +467,7 @@ async def aextract(
 
 def _lora_settings(settings: Settings, catalog: Catalog) -> Settings:
     """LoRA on, sized to the catalog's adapters, when any task has one and they go through LoRA (else off)."""
-    from extractor.training.manifest import adapter_rank
+    from extractor.adapters.manifest import adapter_rank
 
     if settings.adapter_serving != "lora":  # merged models of their own, or off
         return settings
@@ -487,8 +487,8 @@ def _unmerged_adapters(settings: Settings, catalog: Catalog, names: Iterable[str
 
 def _merged(settings: Settings, adapter: Path) -> bool:
     """True when the engine's model is a merge of ``adapter`` (`extractor model merge`): no LoRA needed."""
+    from extractor.adapters.merge import holds
     from extractor.models import resolve_model_dir
-    from extractor.training.merge import holds
 
     if settings.engine != "vllm":
         return False

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from extractor.grounding import Span, is_unspaced
+from extractor.schema import escape
 
 # A paragraph break, or a sentence end: terminator(s), closing quotes/brackets, then space;
 # CJK terminators need no space after them.
@@ -151,7 +152,7 @@ def merge(outcomes: Sequence[ChunkOutcome], *, schema: Mapping[str, Any]) -> Mer
     keys = list(dict.fromkeys(key for o in outcomes for key in o.data))
     properties = schema.get("properties") if isinstance(schema.get("properties"), Mapping) else {}
     for key in keys:
-        pointer = "/" + _escape(key)
+        pointer = "/" + escape(key)
         if any(isinstance(o.data.get(key), list) for o in outcomes):
             sub = properties.get(key) if isinstance(properties, Mapping) else None
             limit = sub.get("maxItems") if isinstance(sub, Mapping) else None
@@ -208,7 +209,3 @@ def _under(spans: Sequence[Span], pointer: str) -> list[Span]:
 
 def _rebase(spans: Sequence[Span], old: str, new: str) -> list[Span]:
     return [replace(s, path=new + s.path[len(old) :]) for s in spans]
-
-
-def _escape(token: str) -> str:
-    return token.replace("~", "~0").replace("/", "~1")

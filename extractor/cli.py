@@ -305,7 +305,7 @@ def _cmd_model(args: argparse.Namespace) -> int:
     if args.action == "prepare":
         print(prepare_model(settings, force=args.force))
         return 0
-    from extractor.training.merge import merge
+    from extractor.adapters.merge import merge
 
     if not args.adapter or not args.out:
         raise ExtractorError("model merge needs --adapter FOLDER (from `extractor train`) and --out FOLDER")
@@ -353,7 +353,7 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     import asyncio
 
     from extractor.api import Extractor
-    from extractor.mcp import stdio
+    from extractor.server.mcp import stdio
 
     extractor = Extractor(settings=_settings(args))
     for error in extractor.catalog.errors:
@@ -575,10 +575,11 @@ def _cmd_review(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from extractor.adapters import manifest
     from extractor.catalog.tasks import Catalog
     from extractor.examples.pool import summarize
     from extractor.models import resolve_model_dir
-    from extractor.training import data, manifest, trainer
+    from extractor.training import data, trainer
     from extractor.training.recipe import recipe
 
     settings = _settings(args)

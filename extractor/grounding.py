@@ -26,11 +26,10 @@ import unicodedata
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
-from urllib.parse import unquote
 
 from rapidfuzz import fuzz
 
-from extractor.constraints.decoding import node_at, walk
+from extractor.schema import escape, walk_fields
 
 SpanStatus = Literal["exact", "normalized", "fuzzy", "missing"]
 GroundingPolicy = Literal["strict", "flag", "off"]
@@ -65,7 +64,7 @@ def scalar_leaves(data: Any, pointer: str = "") -> Iterator[tuple[str, Any]]:
     """Yield ``(json_pointer, value)`` for every non-null scalar in ``data``, in document order."""
     if isinstance(data, Mapping):
         for key, value in data.items():
-            yield from scalar_leaves(value, f"{pointer}/{escape_token(str(key))}")
+            yield from scalar_leaves(value, f"{pointer}/{escape(str(key))}")
     elif isinstance(data, list):
         for index, value in enumerate(data):
             yield from scalar_leaves(value, f"{pointer}/{index}")
@@ -83,9 +82,6 @@ def field_path(pointer: str) -> str:
     return _INDEX.sub("", pointer)
 
 
-_REF_REPEATS = 3  # nested levels of one recursive definition whose x-grounded fields are found
-
-
 def ungrounded_paths(schema: Mapping[str, Any]) -> frozenset[str]:
     """Field paths (see :func:`field_path`) whose schema says ``"x-grounded": false``.
 
@@ -93,49 +89,14 @@ def ungrounded_paths(schema: Mapping[str, Any]) -> frozenset[str]:
     """
     found: set[str] = set()
     if '"x-grounded"' in json.dumps(schema, default=str):  # nothing to find: no walk at all
-        _collect_ungrounded(schema, schema, "", found, depth=0, refs=())
+
+        def visit(path: str, node: Mapping[str, Any]) -> bool:
+            if node.get("x-grounded") is False:
+                found.add(path)
+            return False
+
+        walk_fields(schema, visit)
     return frozenset(found)
-
-
-def _collect_ungrounded(
-    root: Mapping[str, Any], node: Any, path: str, found: set[str], depth: int, refs: tuple[str, ...]
-) -> None:
-    # ``refs``: the refs followed on the way here. A recursive schema (the draft-07 meta-schema's
-    # ``"$ref": "#"`` under each of its ~11 schema-valued keywords) is followed at most
-    # _REF_REPEATS times per ref on a branch, not once per path through it (11**32 of them).
-    if not isinstance(node, Mapping) or depth > 32:
-        return
-    if node.get("x-grounded") is False:
-        found.add(path)
-    ref = node.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#") and refs.count(ref) < _REF_REPEATS:
-        _collect_ungrounded(root, _resolve(root, ref), path, found, depth + 1, (*refs, ref))
-    for key in ("anyOf", "oneOf", "allOf"):
-        for branch in node.get(key) or []:
-            _collect_ungrounded(root, branch, path, found, depth + 1, refs)
-    for name, child in (node.get("properties") or {}).items():
-        _collect_ungrounded(root, child, f"{path}/{escape_token(str(name))}", found, depth + 1, refs)
-    _collect_ungrounded(root, node.get("items"), path, found, depth + 1, refs)
-
-
-def escape_token(token: str) -> str:
-    """One JSON pointer token, escaped (RFC 6901: ``~`` -> ``~0``, ``/`` -> ``~1``)."""
-    return token.replace("~", "~0").replace("/", "~1")
-
-
-def _resolve(root: Mapping[str, Any], ref: str) -> Any:
-    """Return the node a local ref (``#``, ``#/json/pointer`` or ``#anchor``) names, or None."""
-    if not ref.startswith("#"):
-        return None
-    fragment = unquote(ref[1:])
-    if fragment and not fragment.startswith("/"):
-        return _find_anchor(root, fragment)
-    return node_at(root, fragment)
-
-
-def _find_anchor(root: Mapping[str, Any], name: str) -> Any:
-    """Return the subschema declaring ``"$anchor"`` (or ``"$dynamicAnchor"``) ``name``, or None."""
-    return next((sub for _, sub in walk(root) if name in (sub.get("$anchor"), sub.get("$dynamicAnchor"))), None)
 
 
 def is_grounded_field(pointer: str, skipped: frozenset[str]) -> bool:

@@ -10,6 +10,8 @@ from typing import Any
 import json_repair
 from jsonschema.protocols import Validator
 
+from extractor.schema import join
+
 
 @dataclass(frozen=True)
 class Parsed:
@@ -99,7 +101,7 @@ def nesting_depth(raw: str, *, limit: int) -> int:
 def validate(validator: Validator, value: Any) -> list[str]:
     """Every schema violation, each as ``<json pointer>: <message>``, in document order."""
     errors = sorted(validator.iter_errors(value), key=lambda e: _document_position(value, e.absolute_path))
-    return [f"{_pointer(list(e.absolute_path))}: {e.message}" for e in errors]
+    return [f"{join(e.absolute_path) or '/'}: {e.message}" for e in errors]
 
 
 def _document_position(value: Any, path: Iterable[Any]) -> list[int]:
@@ -118,10 +120,6 @@ def _document_position(value: Any, path: Iterable[Any]) -> list[int]:
             position.append(0)
             node = None
     return position
-
-
-def _pointer(parts: list[Any]) -> str:
-    return "/" + "/".join(str(p).replace("~", "~0").replace("/", "~1") for p in parts) if parts else "/"
 
 
 def parse_and_validate(raw: str, validator: Validator) -> Parsed:

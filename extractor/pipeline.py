@@ -33,6 +33,7 @@ from extractor.options import Options
 from extractor.parsing import Parsed, parse, parse_and_validate, validate
 from extractor.results import Attempt, ChunkModel, ExtractionResult, SpanModel, Usage
 from extractor.review import agreement, confidence
+from extractor.schema import escape, unescape
 from extractor.typed import TypedModel, build_value
 from extractor.values import evidence
 
@@ -206,7 +207,7 @@ def fitted(task: Task, text: str, p: Plan, engine: Engine) -> tuple[Plan, str | 
 async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk: int | None = None) -> Extracted:
     """The attempt loop on one text (a whole document or one chunk; ``chunk`` tags its attempts)."""
     constrained = None
-    decoded = decoded_schema(task)
+    decoded = task.answer_schema
     if p.grounded_decoding is not False:
         constrained = grounded_decoding.constrain(
             decoded,
@@ -329,12 +330,6 @@ async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk:
     raise ExtractionFailed(task.name, attempts)
 
 
-@functools.lru_cache(maxsize=256)
-def decoded_schema(task: Task) -> Any:
-    """The schema the model answers in: the task's, with typed value fields as their evidence (strings)."""
-    return values.evidence_schema(task.schema) if task.values else task.schema
-
-
 @dataclass(frozen=True)
 class Answer:
     """One attempt's answer read: parsed and typed, its schema errors, and the typed values' problems."""
@@ -384,7 +379,7 @@ def read_answer(task: Task, raw: str, p: Plan, *, text: str = "") -> Answer:
 def _widened(task: Task, value: Any, text: str, pointer: str) -> Any:
     """``value`` with each typed value's copied words widened to the phrase of ``text`` holding them."""
     if isinstance(value, dict):
-        return {k: _widened(task, v, text, f"{pointer}/{grounding.escape_token(str(k))}") for k, v in value.items()}
+        return {k: _widened(task, v, text, f"{pointer}/{escape(str(k))}") for k, v in value.items()}
     if isinstance(value, list):
         return [_widened(task, v, text, pointer) for v in value]
     found = task.values.get(pointer)
@@ -539,7 +534,7 @@ def remove_values(data: Any, pointers: list[str]) -> Any:
     result = copy.deepcopy(data)
     drops: list[tuple[list[Any], int]] = []
     for pointer in pointers:
-        tokens = [t.replace("~1", "/").replace("~0", "~") for t in pointer.split("/")[1:]]
+        tokens = [unescape(t) for t in pointer.split("/")[1:]]
         parent: Any = result
         for token in tokens[:-1]:
             parent = parent[int(token)] if isinstance(parent, list) else parent[token]

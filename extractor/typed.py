@@ -39,7 +39,7 @@ from typing import Any, ForwardRef, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, create_model
 
-from extractor.constraints.decoding import node_at
+from extractor.schema import escape, resolve, unescape
 
 # Typing forms subscripted with run-time tuples: typed Any so mypy reads them as expressions.
 _LITERAL: Any = Literal
@@ -48,7 +48,8 @@ _ROOT_MODEL: Any = RootModel
 _NUMBER: Any = float | int
 # Typed values (extractor.values) arrive as ISO strings; their models hold Python's date types. A
 # duration stays its ISO 8601 string (P2Y: years and months are no timedelta).
-_FORMATS: dict[str, Any] = {"date": datetime.date, "date-time": datetime.datetime, "time": datetime.time}
+# String formats typed as a Python date or time (extractor.catalog.codegen imports them by these types' names).
+FORMAT_TYPES: dict[str, type] = {"date": datetime.date, "date-time": datetime.datetime, "time": datetime.time}
 _SCALARS: dict[str, Any] = {"string": str, "integer": int, "number": _NUMBER, "boolean": bool, "null": type(None)}
 
 # Keywords with no pydantic counterpart: warned about, the rest of the schema types the value.
@@ -246,11 +247,12 @@ class _Builder:
                 self._warn(f"{pointer}/$ref: recursive reference {ref!r} to a non-object schema; typed as Any")
                 return Any
             return ForwardRef(cls_name)
-        target = _resolve(self.root_schema, ref)
+        target = resolve(self.root_schema, ref)
+        target = target if isinstance(target, Mapping | bool) else None
         if target is None:
             self._warn(f"{pointer}/$ref: {ref!r} does not resolve; typed as Any")
             return Any
-        last = ref.rsplit("/", 1)[-1].replace("~1", "/").replace("~0", "~")
+        last = unescape(ref.rsplit("/", 1)[-1])
         base = _pascal(last) or "Ref"
         cls_name = self._reserve(base) if _is_model(target) else None
         self.pending[ref] = cls_name
@@ -286,8 +288,8 @@ class _Builder:
             return self._object(node, pointer, hint, fixed)
         if kind == "array":
             return self._array(node, pointer, hint)
-        if kind == "string" and node.get("format") in _FORMATS:
-            return _FORMATS[node["format"]]
+        if kind == "string" and node.get("format") in FORMAT_TYPES:
+            return FORMAT_TYPES[node["format"]]
         if kind in _SCALARS:
             return _SCALARS[kind]
         self._warn(f"{pointer}/type: unknown type {kind!r}; typed as Any")
@@ -311,7 +313,7 @@ class _Builder:
         fields: dict[str, Any] = {}
         for key, python_name in _field_names([str(k) for k in properties]).items():
             sub = properties[key]
-            annotation = self._type(sub, f"{pointer}/properties/{_escape(key)}", cls_name + _pascal(python_name))
+            annotation = self._type(sub, f"{pointer}/properties/{escape(key)}", cls_name + _pascal(python_name))
             if key not in required:
                 annotation = _union([annotation, None])
             fields[python_name] = (
@@ -455,15 +457,6 @@ def _merge(base: Mapping[str, Any], branch: Mapping[str, Any]) -> dict[str, Any]
         else:
             merged[key] = value
     return merged
-
-
-def _resolve(root: Mapping[str, Any], ref: str) -> Mapping[str, Any] | bool | None:
-    node = node_at(root, ref[1:])
-    return node if isinstance(node, (Mapping, bool)) else None
-
-
-def _escape(token: str) -> str:
-    return token.replace("~", "~0").replace("/", "~1")
 
 
 def _text(node: Any, key: str) -> str | None:

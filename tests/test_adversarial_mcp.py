@@ -17,7 +17,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from extractor.mcp import tools
+from extractor.server.mcp import tools
 
 from .conftest import LANDMARK_TEXT
 from .live import served

@@ -285,9 +285,9 @@ def test_calibrate_then_eval_through_the_cli(
 def test_an_adapter_is_calibrated_on_the_lines_its_training_held_out(tmp_path: Path) -> None:
     from dataclasses import replace
 
+    from extractor.adapters import manifest
     from extractor.errors import ConfigError
     from extractor.review import fitting
-    from extractor.training import manifest
 
     root = weather_catalog(tmp_path / "catalog", 12)
     task = Catalog.load(root).get("snips_get_weather")

@@ -12,11 +12,12 @@ import pytest
 
 from extractor import Catalog, Extractor, ScriptedEngine, Settings
 from extractor.cli import main
+from extractor.comparison import leaves, normalize
 from extractor.engines.base import GenerationRequest
 from extractor.errors import ExtractorError
 from extractor.jobs.evaluation import evaluate
 from extractor.jobs.gold import load_gold, select, snake_case, task_map
-from extractor.jobs.metrics import Counts, compare, leaves, normalize
+from extractor.jobs.metrics import Counts, compare
 
 from .conftest import LANDMARK_TEXT, landmark
 

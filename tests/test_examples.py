@@ -12,8 +12,8 @@ import pytest
 
 from extractor import Catalog, Extractor, Settings
 from extractor.catalog.prompting import DEFAULT_SYSTEM, render
-from extractor.catalog.tasks import TaskError
 from extractor.cli import main
+from extractor.errors import TaskError
 from extractor.examples.importing import import_gold, shape
 from extractor.examples.selection import Selector, tokens
 

@@ -1,8 +1,12 @@
-"""The package layout: no module imports one that imports it back (directly or through others)."""
+"""The package layout: no module imports one that imports it back (directly or through others).
+
+The packages' layers are import-linter's (pyproject.toml, `make lint`); here: every package is in one.
+"""
 
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 import extractor
@@ -80,3 +84,14 @@ def test_no_module_imports_one_that_imports_it_back() -> None:
 
 def test_the_detector_finds_a_circle() -> None:
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_every_package_and_module_has_a_layer() -> None:
+    contract = tomllib.loads((ROOT.parent / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]
+    layered = {name.strip() for layer in contract["contracts"][0]["layers"] for name in layer.split("|")}
+    units = {
+        f"extractor.{p.stem}"
+        for p in ROOT.iterdir()
+        if not p.name.startswith("_") and (p.suffix == ".py" or (p / "__init__.py").is_file())
+    }
+    assert units - layered == set(), "place the new package in a layer of [tool.importlinter] in pyproject.toml"

@@ -27,10 +27,10 @@ from extractor import Catalog, Extractor, ScriptedEngine, Settings
 from extractor.config import repo_root
 from extractor.engines.base import GenerationRequest
 from extractor.errors import EngineNotReadyError, OverloadedError
-from extractor.mcp import tools
-from extractor.mcp.server import TaskTools
 from extractor.review.store import ReviewStore
 from extractor.server import create_app
+from extractor.server.mcp import tools
+from extractor.server.mcp.server import TaskTools
 from extractor.server.protocol import ExtractRequest
 from extractor.server.reloading import CatalogReloader
 from extractor.server.service import Service

@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 
 from extractor import Catalog, Extractor, ScriptedEngine, Settings
+from extractor.adapters import manifest
 from extractor.catalog.prompting import render
 from extractor.config import repo_root
 from extractor.models import resolve_model_dir
-from extractor.training import data, manifest, trainer
+from extractor.training import data, trainer
 
 TASK = "snips_get_weather"
 
@@ -150,7 +151,7 @@ def test_a_merged_model_answers_like_base_plus_adapter_and_serves_it_without_lor
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from extractor.training.merge import holds, merge
+    from extractor.adapters.merge import holds, merge
 
     out, _ = adapter
     base_dir = resolve_model_dir(Settings.from_env())

@@ -27,9 +27,9 @@ from bench.common import GOLD, ROOT, machine
 from bench.gpu_bench import gpu_memory
 from bench.train import catalog_copy
 from extractor import Catalog, Extractor, Settings
+from extractor.adapters.manifest import MANIFEST
 from extractor.jobs.evaluation import evaluate
 from extractor.jobs.gold import GoldItem, load_gold, select, task_map
-from extractor.training.manifest import MANIFEST
 
 ADAPTER = ROOT / "adapters" / "snips"
 

@@ -32,12 +32,13 @@ from typing import Any
 
 from bench.common import RESULTS, ROOT, machine
 from extractor import Catalog, Extractor, Settings
+from extractor.adapters import manifest
 from extractor.examples.importing import import_gold, write_pool
 from extractor.jobs.diagnosis import diagnose_all
 from extractor.jobs.evaluation import evaluate
 from extractor.jobs.gold import load_gold
 from extractor.models import resolve_model_dir
-from extractor.training import data, manifest, trainer
+from extractor.training import data, trainer
 from extractor.training.recipe import recipe
 
 TASK = "zh_entities"

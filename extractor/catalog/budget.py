@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from extractor.schema import resolve
+
 SYNTAX_CHARS_PER_TOKEN = 3
 NUMBER_TOKENS = 8  # a number without bounds: up to about 20 digits
 _MAX_REF_DEPTH = 32
@@ -80,7 +82,7 @@ def _tokens(root: Mapping[str, Any], node: Any, pointer: str, out: WorstCase, de
             out.unbounded.append(f"{pointer or '/'}: $ref nests deeper than {_MAX_REF_DEPTH}")
         return 1 if node is not False else 0
     if "$ref" in node:
-        target = _resolve(root, str(node["$ref"]))
+        target = resolve(root, str(node["$ref"]))
         if target is None:
             out.unbounded.append(f"{pointer or '/'}: $ref {node['$ref']!r} is not local")
             return 0
@@ -133,15 +135,3 @@ def _typed(
         bounds = [node[k] for k in ("minimum", "maximum") if isinstance(node.get(k), int | float)]
         return max((_syntax(str(b)) for b in bounds), default=NUMBER_TOKENS) if len(bounds) == 2 else NUMBER_TOKENS
     return 1  # boolean, null
-
-
-def _resolve(root: Mapping[str, Any], ref: str) -> Any:
-    if not ref.startswith("#"):
-        return None
-    node: Any = root
-    for part in ref[1:].split("/")[1:] if ref != "#" else []:
-        part = part.replace("~1", "/").replace("~0", "~")
-        if not isinstance(node, Mapping) or part not in node:
-            return None
-        node = node[part]
-    return node

@@ -13,7 +13,6 @@ Constructs the typed model could not type precisely are typed ``Any`` and listed
 
 from __future__ import annotations
 
-import datetime
 import inspect
 import types
 import typing
@@ -23,7 +22,7 @@ from typing import Any, ForwardRef, Literal, Union
 from pydantic import BaseModel, RootModel
 
 from extractor.catalog.tasks import Task
-from extractor.typed import TypedModel, model_for_schema
+from extractor.typed import FORMAT_TYPES, TypedModel, model_for_schema
 
 _CONFIG_KEYS = ("extra", "populate_by_name", "serialize_by_alias", "protected_namespaces")
 
@@ -158,7 +157,7 @@ def _docstring(cls: type[BaseModel]) -> list[str]:
     return [f'    """{text}"""', ""]
 
 
-_DATETIME = {"date": datetime.date, "datetime": datetime.datetime, "time": datetime.time}
+_DATETIME = {kind.__name__: kind for kind in FORMAT_TYPES.values()}  # the datetime names the module imports
 
 
 def _annotation(annotation: Any) -> str:

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from extractor import grounding
-from extractor.catalog import patterns
+from extractor.constraints import patterns
 from extractor.errors import TaskError
+from extractor.schema import join, resolve, unescape
 
 MAX_FILE_BYTES = 1_000_000  # a schema (or a prompt template) file
 MAX_DEPTH = 64  # JSON nesting of a schema file
@@ -76,15 +76,6 @@ def _check_nesting(where: str, text: str) -> None:
             depth -= 1
 
 
-def _pointer(parts: list[str]) -> str:
-    return "#" + "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in parts)
-
-
-def _resolve(root: Any, ref: str) -> Any:
-    # A local ref (JSON pointer or anchor), resolved without recursion; remote refs: the task loader's.
-    return grounding._resolve(root, ref) if isinstance(root, Mapping) else None
-
-
 def check_schema(where: str, schema: Any) -> None:
     """Every limit of this module on a parsed schema; raise :class:`TaskError` at the first one past its limit."""
     nodes = 0
@@ -107,13 +98,13 @@ def check_schema(where: str, schema: Any) -> None:
 def _check_keywords(where: str, schema: Any, node: Mapping[str, Any], path: list[str]) -> None:
     enum = node.get("enum")
     if isinstance(enum, list) and len(enum) > MAX_ENUM:
-        raise TaskError(where, _pointer([*path, "enum"]), f"an enum of {len(enum)} values (at most {MAX_ENUM})")
+        raise TaskError(where, join([*path, "enum"], "#"), f"an enum of {len(enum)} values (at most {MAX_ENUM})")
     bounds: tuple[tuple[tuple[str, ...], int], ...] = ((_LENGTHS, MAX_STRING_LENGTH), (_COUNTS, MAX_COUNT))
     for keys, limit in bounds:
         for key in keys:
             value = node.get(key)
             if isinstance(value, int | float) and not isinstance(value, bool) and value > limit:
-                raise TaskError(where, _pointer([*path, key]), f"{key} {value} is over the limit of {limit}")
+                raise TaskError(where, join([*path, key], "#"), f"{key} {value} is over the limit of {limit}")
     pattern = node.get("pattern")
     found: list[tuple[list[str], str]] = [(["pattern"], pattern)] if isinstance(pattern, str) else []
     if isinstance(node.get("patternProperties"), Mapping):
@@ -123,7 +114,7 @@ def _check_keywords(where: str, schema: Any, node: Mapping[str, Any], path: list
             continue  # not a regex at all: the meta-schema check says so, better
         reason = patterns.problem(text)
         if reason is not None:
-            raise TaskError(where, _pointer([*path, *where_in]), reason)
+            raise TaskError(where, join([*path, *where_in], "#"), reason)
     ref = node.get("$ref")
     if isinstance(ref, str) and ref.startswith("#"):
         _check_chain(where, schema, ref, path)
@@ -139,22 +130,22 @@ def _is_regex(text: str) -> bool:
 
 def _check_chain(where: str, schema: Any, ref: str, path: list[str]) -> None:
     seen = [ref]
-    target = _resolve(schema, ref)
+    target = resolve(schema, ref)
     while isinstance(target, Mapping) and isinstance(target.get("$ref"), str):
         ref = target["$ref"]
         if not ref.startswith("#"):
             return  # a remote ref: the task loader refuses it, naming it
         if ref in seen:
             loop = " -> ".join([*seen, ref])
-            raise TaskError(where, _pointer([*path, "$ref"]), f"a $ref cycle ({loop}): it never reaches a schema")
+            raise TaskError(where, join([*path, "$ref"], "#"), f"a $ref cycle ({loop}): it never reaches a schema")
         seen.append(ref)
         if len(seen) > MAX_REF_CHAIN:
             raise TaskError(
-                where, _pointer([*path, "$ref"]), f"a chain of more than {MAX_REF_CHAIN} $refs, each to another $ref"
+                where, join([*path, "$ref"], "#"), f"a chain of more than {MAX_REF_CHAIN} $refs, each to another $ref"
             )
-        target = _resolve(schema, ref)
+        target = resolve(schema, ref)
     if target is None or not isinstance(target, Mapping | bool):
-        raise TaskError(where, _pointer([*path, "$ref"]), f"$ref {ref!r} does not resolve to a schema in this file")
+        raise TaskError(where, join([*path, "$ref"], "#"), f"$ref {ref!r} does not resolve to a schema in this file")
 
 
 def _check_expansion(where: str, schema: Any) -> None:
@@ -174,18 +165,18 @@ def _check_expansion(where: str, schema: Any) -> None:
             return 0
         if depth > 2 * MAX_DEPTH:
             raise TaskError(
-                where, _pointer(path), f"the schema nests deeper than {2 * MAX_DEPTH} levels once $refs are followed"
+                where, join(path, "#"), f"the schema nests deeper than {2 * MAX_DEPTH} levels once $refs are followed"
             )
         if id(node) in memo:
             return memo[id(node)]
         total = 1
         ref = node.get("$ref")
         if isinstance(ref, str) and ref.startswith("#"):
-            target = _resolve(schema, ref)
+            target = resolve(schema, ref)
             if ref in active:
                 return total  # recursion through properties or items: each level needs more instance
             active.append(ref)
-            target_path = [t.replace("~1", "/").replace("~0", "~") for t in unquote(ref[1:]).split("/")[1:]]
+            target_path = [unescape(t) for t in unquote(ref[1:]).split("/")[1:]]
             total += size(target, target_path, depth + 1)
             active.pop()
         total += sum(
@@ -194,7 +185,7 @@ def _check_expansion(where: str, schema: Any) -> None:
         if total > MAX_EXPANDED:
             raise TaskError(
                 where,
-                _pointer(path),
+                join(path, "#"),
                 f"the schema holds more than {MAX_EXPANDED} subschemas once its $refs are followed",
             )
         memo[id(node)] = total

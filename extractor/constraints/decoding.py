@@ -7,11 +7,13 @@ We find those keywords when a task loads, so an analyst hears about it before a 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from copy import deepcopy as _data
 from typing import Any
 
 from extractor.config import GrammarBackend
+from extractor.schema import walk
+from extractor.schema.walkers import SCHEMA_MAP_KEYS
 
 # Keywords neither backend turns into a mask (checked against vLLM's backend sources:
 # vllm/v1/structured_output/backend_{xgrammar,guidance}.py and the libraries' docs).
@@ -58,58 +60,9 @@ _XGRAMMAR_FORMATS = frozenset(
     }
 )
 
-# Keywords whose values are subschemas, so the walk goes on below them.
-_SCHEMA_MAP_KEYS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
-_SCHEMA_LIST_KEYS = ("allOf", "anyOf", "oneOf", "prefixItems")
-SUBSCHEMA_KEYS = (
-    "items",
-    "additionalProperties",
-    "not",
-    "if",
-    "then",
-    "else",
-    "contains",
-    "propertyNames",
-    "unevaluatedItems",
-    "unevaluatedProperties",
-    "contentSchema",
-)
 # Keywords whose values are instance data (copied as is), and maps keyed by property names.
 _DATA_KEYS = frozenset({"const", "enum", "default", "examples"})
-_NAME_MAP_KEYS = (*_SCHEMA_MAP_KEYS, "dependentRequired")
-
-
-def walk(schema: Any, pointer: str = "#") -> Iterator[tuple[str, Mapping[str, Any]]]:
-    """Yield ``(pointer, subschema)`` for every subschema, the root first."""
-    if not isinstance(schema, Mapping):
-        return
-    yield pointer, schema
-    for key in _SCHEMA_MAP_KEYS:
-        children = schema.get(key)
-        if isinstance(children, Mapping):
-            for name, child in children.items():
-                yield from walk(child, f"{pointer}/{key}/{_escape(str(name))}")
-    for key in _SCHEMA_LIST_KEYS:
-        children = schema.get(key)
-        if isinstance(children, list):
-            for index, child in enumerate(children):
-                yield from walk(child, f"{pointer}/{key}/{index}")
-    for key in SUBSCHEMA_KEYS:
-        yield from walk(schema.get(key), f"{pointer}/{key}")
-
-
-def types_of(node: Mapping[str, Any]) -> set[str]:
-    """The JSON types a subschema's ``type`` names (empty when it names none)."""
-    declared = node.get("type")
-    if isinstance(declared, str):
-        return {declared}
-    if isinstance(declared, list):
-        return {str(k) for k in declared}
-    return set()
-
-
-def _escape(token: str) -> str:
-    return token.replace("~", "~0").replace("/", "~1")
+_NAME_MAP_KEYS = (*SCHEMA_MAP_KEYS, "dependentRequired")
 
 
 def unenforced_keywords(schema: Mapping[str, Any], backend: GrammarBackend) -> list[tuple[str, str]]:
@@ -149,18 +102,4 @@ def _strip(node: Any, *, names: bool = False) -> Any:
         }
     if isinstance(node, list):
         return [_strip(v) for v in node]
-    return node
-
-
-def node_at(root: Any, pointer: str) -> Any:
-    """The node a JSON pointer (``""``, ``/a/0/b``; ``~0``/``~1`` escaped) names in ``root``, or None."""
-    node = root
-    for token in pointer.split("/")[1:] if pointer else []:
-        token = token.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, Mapping):
-            node = node.get(token)
-        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
-            node = node[int(token)]
-        else:
-            return None
     return node

@@ -47,7 +47,7 @@ from jsonschema.validators import (
 )
 from referencing._core import Resolver
 
-from extractor.constraints import decoding
+from extractor.schema import SUBSCHEMA_KEYS, escape, join
 
 if TYPE_CHECKING:
     from referencing._core import Resolver
@@ -74,7 +74,7 @@ _BASE = "urn:extractor:task"
 # Where subschemas sit, in 2020-12 terms, plus the older spellings read on the way in.
 _MAP_KEYS = ("properties", "patternProperties", "$defs", "dependentSchemas")
 _LIST_KEYS = ("allOf", "anyOf", "oneOf", "prefixItems")
-_ONE_KEYS = decoding.SUBSCHEMA_KEYS
+_ONE_KEYS = SUBSCHEMA_KEYS
 _DATA_KEYS = frozenset({"const", "enum", "default", "examples"})
 _IDENTITY_KEYS = frozenset({"$schema", "id", "$id", "$anchor", "$dynamicAnchor", "$recursiveAnchor", "$vocabulary"})
 _REF_KEYS = ("$ref", "$recursiveRef", "$dynamicRef")
@@ -153,7 +153,7 @@ def _check(schema: Mapping[str, Any], cls: type[Validator], name: str) -> None:
     try:
         cls.check_schema(dict(schema))
     except jsonschema.SchemaError as error:
-        raise DraftError(_pointer(list(error.path)), f"invalid schema ({name}): {error.message}") from None
+        raise DraftError(join(error.path, "#"), f"invalid schema ({name}): {error.message}") from None
 
 
 @dataclass(frozen=True)
@@ -202,9 +202,9 @@ class _Translation:
                     # A ref into a spot no keyword names (``#/definitions`` spelt ``#/shapes``): the
                     # target becomes a ``$defs`` entry of its own (its refs go through the loop again).
                     name = _free_name(ref.rsplit("/", 1)[-1] or "ref", {*hoisted, *out.get("$defs", {})})
-                    hoisted[name] = self.node(target, f"#/$defs/{_escape(name)}", ref, resolver)
+                    hoisted[name] = self.node(target, f"#/$defs/{escape(name)}", ref, resolver)
                     if not isinstance(target, Mapping):
-                        node["$ref"] = _as_ref(f"#/$defs/{_escape(name)}")
+                        node["$ref"] = _as_ref(f"#/$defs/{escape(name)}")
                         continue
                 node["$ref"] = _as_ref(self.placed[id(target)])
         if hoisted:
@@ -228,7 +228,7 @@ class _Translation:
 
             def child(sub: Any, where: str, *path: Any, key: str = key) -> Any:
                 # ``path``: the steps below ``key`` in the schema as written
-                return self.node(sub, where, source + _pointer([key, *path])[1:], resolver)
+                return self.node(sub, where, source + join([key, *path]), resolver)
 
             if key == "$schema" and node is self.source:
                 out[key] = LATEST  # in place: a 2020-12 schema comes out as it went in, key order too
@@ -243,7 +243,7 @@ class _Translation:
             if key in ("definitions", "$defs") and isinstance(value, Mapping):
                 defs = out.setdefault("$defs", {})
                 for name, sub in value.items():
-                    defs[name] = child(sub, f"{pointer}/$defs/{_escape(str(name))}", name)
+                    defs[name] = child(sub, f"{pointer}/$defs/{escape(str(name))}", name)
                 continue
             if key in ("exclusiveMaximum", "exclusiveMinimum") and isinstance(value, bool):
                 bound = "maximum" if key == "exclusiveMaximum" else "minimum"
@@ -268,7 +268,7 @@ class _Translation:
             if key in _DATA_KEYS or str(key).startswith("x-"):
                 out[key] = copy.deepcopy(value)
             elif key in _MAP_KEYS and isinstance(value, Mapping):
-                out[key] = {n: child(s, f"{pointer}/{key}/{_escape(str(n))}", n) for n, s in value.items()}
+                out[key] = {n: child(s, f"{pointer}/{key}/{escape(str(n))}", n) for n, s in value.items()}
             elif key in _LIST_KEYS and isinstance(value, list):
                 out[key] = [child(s, f"{pointer}/{key}/{i}", i) for i, s in enumerate(value)]
             elif key in _ONE_KEYS:
@@ -284,7 +284,7 @@ class _Translation:
             if isinstance(dep, list):
                 out.setdefault("dependentRequired", {})[name] = list(dep)
             else:
-                where = f"{pointer}/dependentSchemas/{_escape(str(name))}"
+                where = f"{pointer}/dependentSchemas/{escape(str(name))}"
                 out.setdefault("dependentSchemas", {})[name] = child(dep, where, name)
 
     def _target(self, resolver: Resolver[Any], ref: str, where: str) -> Any:
@@ -301,10 +301,6 @@ class _Translation:
         return resolved.contents
 
 
-def _escape(token: str) -> str:
-    return token.replace("~", "~0").replace("/", "~1")
-
-
 def _free_name(name: str, taken: set[str]) -> str:
     name = "".join(c if c.isalnum() or c in "_-" else "_" for c in name) or "ref"
     candidate, n = name, 1
@@ -317,7 +313,3 @@ def _free_name(name: str, taken: set[str]) -> str:
 def _as_ref(pointer: str) -> str:
     # A JSON pointer as a URI fragment: each token percent-encoded (``#/$defs/a b`` -> ``#/$defs/a%20b``).
     return "#" + "".join("/" + quote(t, safe="$!&'()*+,;=:@-._~") for t in pointer.split("/")[1:])
-
-
-def _pointer(parts: list[Any]) -> str:
-    return "#" + "".join("/" + _escape(str(p)) for p in parts)

@@ -29,8 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from extractor.constraints import decoding
-from extractor.constraints.decoding import types_of, walk
+from extractor.schema import SUBSCHEMA_KEYS, types_of, walk
 
 # The formats llguidance 1.7.6 compiles (any other is a compile error).
 KNOWN_FORMATS = frozenset({"date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid", "uri"})
@@ -63,7 +62,7 @@ _TOGETHER = {
 }
 _MAP_KEYS = ("properties", "patternProperties", "dependentSchemas")
 _LIST_KEYS = ("allOf", "anyOf", "prefixItems")
-_ONE_KEYS = decoding.SUBSCHEMA_KEYS
+_ONE_KEYS = SUBSCHEMA_KEYS
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from extractor.constraints import decoding, substring
-from extractor.grounding import _resolve, is_unspaced
+from extractor.grounding import is_unspaced
+from extractor.schema import escape, resolve, types_of, walk
 
 MAX_UNITS = 12
 MAX_CHARS = 64
@@ -93,12 +94,12 @@ def extractive_nodes(schema: Mapping[str, Any], *, everywhere: bool) -> dict[int
                 grounded[id(node)] = pointer
         ref = node.get("$ref")
         if isinstance(ref, str):
-            visit(_resolve(schema, ref), ref, free, depth + 1)
+            visit(resolve(schema, ref), ref, free, depth + 1)
         for key in ("anyOf", "oneOf", "allOf", "prefixItems"):
             for index, branch in enumerate(node.get(key) or []):
                 visit(branch, f"{pointer}/{key}/{index}", free, depth + 1)
         for name, child in (node.get("properties") or {}).items():
-            visit(child, f"{pointer}/properties/{_escape(str(name))}", free, depth + 1)
+            visit(child, f"{pointer}/properties/{escape(str(name))}", free, depth + 1)
         for key in ("items", "additionalProperties"):
             visit(node.get(key), f"{pointer}/{key}", free, depth + 1)
 
@@ -111,7 +112,7 @@ def check(schema: Mapping[str, Any]) -> list[str]:
     return [
         f"{pointer}/x-extractive: only string fields (type string, or string and null, without enum/const) "
         "can be constrained to spans of the text; ignored here"
-        for pointer, sub in decoding.walk(schema)
+        for pointer, sub in walk(schema)
         if sub.get("x-extractive") is True and not _is_string_node(sub)
     ]
 
@@ -272,7 +273,7 @@ def _enum_node(node: Mapping[str, Any], pool: list[str]) -> dict[str, Any] | Non
     except re.error:
         return None  # an ECMA pattern Python cannot read: leave the field to post-hoc checking
     allowed = [c for c in pool if low <= len(c) <= high and (compiled is None or compiled.search(c))]
-    nullable = "null" in decoding.types_of(node)
+    nullable = "null" in types_of(node)
     if not allowed and not nullable:
         return None
     kept = {k: v for k, v in node.items() if k not in _STRING_KEYWORDS}
@@ -284,7 +285,7 @@ _STRING_KEYWORDS = frozenset({"type", "minLength", "maxLength", "pattern", "form
 
 
 def _is_string_node(node: Mapping[str, Any]) -> bool:
-    kinds = decoding.types_of(node)
+    kinds = types_of(node)
     return "string" in kinds and kinds <= {"string", "null"} and "enum" not in node and "const" not in node
 
 
@@ -331,7 +332,3 @@ def _strip_punctuation(value: str) -> str:
     while end > start and _is_mark(value[end - 1]):
         end -= 1
     return value[start:end]
-
-
-def _escape(token: str) -> str:
-    return token.replace("~", "~0").replace("/", "~1")

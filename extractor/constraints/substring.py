@@ -46,7 +46,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from extractor.constraints import decoding
-from extractor.grounding import _resolve, split_unspaced
+from extractor.grounding import split_unspaced
+from extractor.schema import resolve, types_of
 
 # One JSON string character as written: an escape or a character that needs none.
 _JSON_CHAR = r'(\\["\\\/bfnrt]|\\u[0-9a-fA-F]{4}|[^"\\\x00-\x1f])'
@@ -216,12 +217,12 @@ class _Translator:
             return self.string(node, pointer)
         if isinstance(node.get("$ref"), str):
             self.only(node, {"$ref"}, pointer)
-            return self.rule(_resolve(self.schema, node["$ref"]), node["$ref"])
+            return self.rule(resolve(self.schema, node["$ref"]), node["$ref"])
         if "anyOf" in node:
             self.only(node, {"anyOf"}, pointer)
             branches = [self.rule(b, f"{pointer}/anyOf/{i}") for i, b in enumerate(node["anyOf"])]
             return " | ".join(branches)
-        kinds = decoding.types_of(node)
+        kinds = types_of(node)
         if "properties" in node or kinds & {"object"}:
             return self.nullable(self.object(node, pointer), kinds)
         if "items" in node or kinds & {"array"}:
@@ -238,7 +239,7 @@ class _Translator:
         high = node.get("maxLength")
         key = (low, int(high) if high is not None else None)
         name = self.terminals.setdefault(key, f"SUB{len(self.terminals)}")
-        return self.nullable(f'"\\"" {name} "\\""', decoding.types_of(node))
+        return self.nullable(f'"\\"" {name} "\\""', types_of(node))
 
     def object(self, node: Mapping[str, Any], pointer: str) -> str:
         self.only(node, _OBJECT_KEYS, pointer)
@@ -320,7 +321,7 @@ class _Translator:
         found = id(node) in self.targets
         children: list[Any] = []
         if isinstance(node.get("$ref"), str):
-            children.append(_resolve(self.schema, node["$ref"]))
+            children.append(resolve(self.schema, node["$ref"]))
         for key in ("anyOf", "oneOf", "allOf", "prefixItems"):
             children += list(node.get(key) or [])
         children += list((node.get("properties") or {}).values())

@@ -24,6 +24,7 @@ from extractor.config import GrammarBackend
 from extractor.constraints import decoding, drafts, enforcement, wrapping
 from extractor.errors import TaskError
 from extractor.examples.pool import Example
+from extractor.schema import node_at
 
 SETTINGS_KEY = "x-extractor"
 E = TypeVar("E", bound="Example")
@@ -146,7 +147,7 @@ def _origin(pointer: str, source: Mapping[str, Any], shaped: wrapping.Shaped, or
     node, _, keyword = translated.rpartition("/")
     if node in origins:
         written = origins[node]
-        found = decoding.node_at(source, written)
+        found = node_at(source, written)
         if isinstance(found, Mapping) and keyword not in found:
             keyword = _RENAMED.get(keyword, keyword)
         return f"{written}/{keyword}"

@@ -22,8 +22,9 @@ import referencing.jsonschema
 from jsonschema.protocols import Validator
 from jsonschema.validators import Draft202012Validator
 
-from extractor.catalog import patterns
+from extractor.constraints import patterns
 from extractor.constraints.drafts import Draft
+from extractor.schema import unescape
 
 KEY = "value"
 _OBJECT_KEYWORDS = ("properties", "required", "additionalProperties", "patternProperties", "minProperties")
@@ -74,7 +75,7 @@ def _dereference_root(root: dict[str, Any]) -> tuple[dict[str, Any], str | None]
         return root, None
     if any(k not in _REF_ROOT_KEYS and not k.startswith("x-") for k in root):
         return root, None
-    target = defs.get(_unescape(ref[len("#/$defs/") :]))
+    target = defs.get(unescape(ref[len("#/$defs/") :]))
     if not isinstance(target, Mapping) or "$defs" in target:
         return root, None
     out = {k: v for k, v in root.items() if k != "$ref"}
@@ -126,7 +127,7 @@ def unwrap_pointer(pointer: str, key: str | None) -> str:
 def validator(source: Mapping[str, Any], draft: Draft, key: str | None) -> Validator:
     """A validator of outputs as decoded: ``source`` checked by its own draft (under ``key`` when wrapped).
 
-    ``pattern``, ``patternProperties`` and format ``regex`` run on RE2 (:mod:`extractor.catalog.patterns`):
+    ``pattern``, ``patternProperties`` and format ``regex`` run on RE2 (:mod:`extractor.constraints.patterns`):
     linear time, so no output can make validation backtrack for minutes.
     """
     cls = patterns.linear_time(draft.validator)
@@ -145,7 +146,3 @@ def validator(source: Mapping[str, Any], draft: Draft, key: str | None) -> Valid
         "additionalProperties": False,
     }
     return patterns.linear_time(Draft202012Validator)(outer, registry=registry, format_checker=checker)
-
-
-def _unescape(token: str) -> str:
-    return token.replace("~1", "/").replace("~0", "~")

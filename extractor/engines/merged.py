@@ -24,13 +24,13 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from extractor.adapters.manifest import AdapterError, check_model, model_fingerprint
 from extractor.config import Settings
 from extractor.engines.base import Generation, GenerationRequest, Message
 from extractor.engines.process import ProcessEngine, vllm_engine
 from extractor.engines.vllm import VLLMEngine
 from extractor.errors import EngineError
 from extractor.models import resolve_model_dir
-from extractor.training.manifest import AdapterError, check_model, model_fingerprint
 
 log = logging.getLogger("extractor.engine")
 
@@ -53,7 +53,7 @@ def merged_folder(settings: Settings, base_dir: Path, adapter: Path) -> Path:
 
 def ensure_merged(base_dir: Path, entry: MergedAdapter) -> Path:
     """The merged model of ``entry``, merged now (a few seconds) unless an earlier start made it."""
-    from extractor.training.merge import MERGED, merge
+    from extractor.adapters.merge import MERGED, merge
 
     entry.folder.parent.mkdir(parents=True, exist_ok=True)
     with open(entry.folder.parent / ".merge.lock", "w") as lock:  # one process merges, the others wait

@@ -303,7 +303,7 @@ class VLLMEngine(LocalModel):
             return None
         if request.adapter in self._adapters:
             return self._adapters[request.adapter]
-        from extractor.training.merge import holds
+        from extractor.adapters.merge import holds
 
         if holds(self._model_dir, Path(request.adapter)):  # `extractor model merge`: already in the weights
             self._adapters[request.adapter] = None
@@ -315,7 +315,7 @@ class VLLMEngine(LocalModel):
             )
         from vllm.lora.request import LoRARequest
 
-        from extractor.training.manifest import check_model
+        from extractor.adapters.manifest import check_model
 
         folder = Path(request.adapter)
         check_model(folder, self._model_dir)

@@ -13,16 +13,17 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from extractor.catalog.tasks import Task
-from extractor.constraints.decoding import types_of
 from extractor.errors import ExtractorError
 from extractor.examples import placing
 from extractor.examples.pool import check_line
-from extractor.grounding import _resolve
-from extractor.jobs.gold import TaskMap
-from extractor.jobs.journal import write_atomic
+from extractor.schema import resolve, types_of
+from extractor.storage import write_atomic
+
+if TYPE_CHECKING:  # the catalog and the gold files are above the pools: named in annotations only
+    from extractor.catalog.tasks import Task
+    from extractor.jobs.gold import TaskMap
 
 
 @dataclass
@@ -165,7 +166,7 @@ def _pool_line(value: Mapping[str, Any], task: Task) -> dict[str, Any]:
 def _deref(root: Mapping[str, Any], node: Any) -> Mapping[str, Any]:
     for _ in range(16):
         if isinstance(node, Mapping) and isinstance(node.get("$ref"), str):
-            node = _resolve(root, node["$ref"])
+            node = resolve(root, node["$ref"])
         else:
             break
     return node if isinstance(node, Mapping) else {}

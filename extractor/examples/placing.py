@@ -16,12 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from extractor import chunking, grounding
-from extractor.catalog.tasks import Task
 from extractor.values import Context, EvidenceError, normalize
 from extractor.values.evidence import find
+
+if TYPE_CHECKING:  # the catalog is above the pools: named in annotations only
+    from extractor.catalog.tasks import Task
 
 DEFAULT_PASSAGE_CHARS = 1500
 

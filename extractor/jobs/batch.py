@@ -26,7 +26,7 @@ from extractor.errors import (
     ExtractorError,
     TextTooLongError,
 )
-from extractor.jobs.journal import Journal, write_atomic
+from extractor.jobs.journal import Journal
 from extractor.jobs.progress import Progress
 from extractor.jobs.rows import (
     DEFAULT_MAX_CHARS,
@@ -41,6 +41,7 @@ from extractor.jobs.rows import (
 )
 from extractor.options import ExtractOptions, Options
 from extractor.results import ExtractionResult
+from extractor.storage import write_atomic
 
 
 @dataclass(frozen=True)

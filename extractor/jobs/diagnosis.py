@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from extractor.jobs.metrics import Leaf, leaves, normalize
+from extractor.comparison import Leaf, leaves, normalize
 
 KINDS = ("correct", "duplicate", "wrong_field", "boundary", "boundary_and_field", "invented", "missed")
 

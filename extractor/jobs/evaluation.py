@@ -17,12 +17,12 @@ from typing import Any
 from extractor.api import Extractor
 from extractor.errors import EngineError, ExtractionFailed, ExtractorError
 from extractor.jobs.gold import GoldItem
-from extractor.jobs.journal import write_atomic
 from extractor.jobs.metrics import Counts, compare, total
 from extractor.jobs.progress import Progress
 from extractor.options import OptionArgs
 from extractor.results import Attempt, ExtractionResult
 from extractor.review import calibration, fitting
+from extractor.storage import write_atomic
 
 # The review loop's targets (issue 23): calibrated within 5 points; the least sure 20 % hold 60 % of the errors.
 ECE_TARGET = 0.05

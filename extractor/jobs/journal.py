@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from extractor.errors import ExtractorError
+from extractor.storage import fsync_dir
 
 
 class Journal:
@@ -100,26 +101,3 @@ class Journal:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` all at once: a temp file beside it, fsync, rename."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with tmp.open("w", encoding="utf-8") as stream:
-            stream.write(text)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    fsync_dir(path.parent)
-
-
-def fsync_dir(folder: Path) -> None:
-    """Make a file's creation or rename in ``folder`` durable."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

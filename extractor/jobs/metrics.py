@@ -1,58 +1,20 @@
 """Extraction quality as precision/recall/F1 over leaf values. Pure functions.
 
-A leaf is a scalar in the data, named by its JSON pointer without array indices
-(``/artist/0`` -> ``/artist``), so a gold list ``{"artist": ["x"]}`` and a predicted scalar
-``{"artist": "x"}`` agree. Values are compared after normalizing case and surrounding
-whitespace and punctuation. Nulls and values empty after normalizing are not values.
-Leaves are counted as multisets: a value expected twice must be predicted twice.
+Leaves and how values compare: :mod:`extractor.comparison`. Leaves are counted as multisets:
+a value expected twice must be predicted twice.
 """
 
 from __future__ import annotations
 
-import json
-import unicodedata
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from extractor import values
-from extractor.grounding import escape_token
+from extractor.comparison import leaves
+from extractor.schema import escape
 from extractor.values import ValueField
-
-Leaf = tuple[str, str]  # (field path, normalized value)
-
-
-def normalize(value: Any) -> str:
-    """Case-folded text without surrounding whitespace or punctuation (numbers as JSON)."""
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    text = value if isinstance(value, str) else json.dumps(value)
-    text = unicodedata.normalize("NFKC", text).casefold()
-    start, end = 0, len(text)
-    while start < end and _is_edge(text[start]):
-        start += 1
-    while end > start and _is_edge(text[end - 1]):
-        end -= 1
-    return text[start:end]
-
-
-def _is_edge(char: str) -> bool:
-    return char.isspace() or unicodedata.category(char).startswith("P")
-
-
-def leaves(data: Any, pointer: str = "") -> Iterator[Leaf]:
-    """``(field path, normalized value)`` for every non-null scalar in ``data``."""
-    if isinstance(data, Mapping):
-        for key, value in data.items():
-            yield from leaves(value, f"{pointer}/{str(key).replace('~', '~0').replace('/', '~1')}")
-    elif isinstance(data, list):
-        for value in data:
-            yield from leaves(value, pointer)
-    elif data is not None:
-        value = normalize(data)
-        if value:
-            yield pointer, value
 
 
 @dataclass
@@ -123,7 +85,7 @@ def _typed(data: Any, fields: Mapping[str, ValueField] | None) -> Any:
 def _strings(data: Any, fields: Mapping[str, ValueField], pointer: str = "") -> Any:
     """``data`` with the typed fields' values as text, so a label written either way is read the same."""
     if isinstance(data, Mapping):
-        return {k: _strings(v, fields, f"{pointer}/{escape_token(str(k))}") for k, v in data.items()}
+        return {k: _strings(v, fields, f"{pointer}/{escape(str(k))}") for k, v in data.items()}
     if isinstance(data, list):
         return [_strings(v, fields, pointer) for v in data]
     if pointer in fields and data is not None and not isinstance(data, bool):

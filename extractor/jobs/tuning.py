@@ -34,11 +34,11 @@ from extractor.catalog.tuned import tuned_path
 from extractor.errors import EngineError, ExtractionFailed, ExtractorError
 from extractor.examples.pool import PoolSettings
 from extractor.jobs.evaluation import Tally
-from extractor.jobs.journal import write_atomic
 from extractor.jobs.metrics import compare
 from extractor.results import ExtractionResult
 from extractor.review import fitting
 from extractor.review.fitting import Case, Mark
+from extractor.storage import write_atomic
 
 K_CHOICES = (0, 3, 5)
 TIE = 0.005  # F1 within this of the best is a tie, which the faster candidate wins

@@ -26,7 +26,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from extractor.grounding import escape_token, scalar_leaves
+from extractor.grounding import scalar_leaves
+from extractor.schema import escape
 
 _SPACE = re.compile(r"[ \t\n\r]*")
 # The standard library's own readers: a string after its opening quote, and any scalar at an offset.
@@ -75,7 +76,7 @@ def _walk(s: str, i: int, pointer: str, found: list[Leaf]) -> int:
                 i = _skip(s, i)
                 if s[i] != ":":
                     raise ValueError(f"':' expected at {i}")
-                child = f"{pointer}/{escape_token(key)}"
+                child = f"{pointer}/{escape(key)}"
                 i = _skip(s, i + 1)
             else:
                 child = f"{pointer}/{index}"

@@ -29,8 +29,8 @@ from extractor import values
 from extractor.catalog.tasks import Task
 from extractor.errors import CorrectionError, ReviewStoreError
 from extractor.examples.pool import MAX_TEXT_CHARS, check_output
-from extractor.jobs.journal import fsync_dir
 from extractor.review.store import ReviewItem
+from extractor.storage import fsync_dir
 
 POOL_ID_PREFIX = "review-"
 

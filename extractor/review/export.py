@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from extractor.jobs.journal import write_atomic
 from extractor.review.corrections import append, line_id
 from extractor.review.store import ReviewItem
+from extractor.storage import write_atomic
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
+from extractor.catalog.calibration import Calibration
 from extractor.catalog.tasks import Task
 from extractor.constraints import wrapping
 from extractor.errors import ConfigError, EngineError, ExtractorError
@@ -125,7 +126,7 @@ async def collect(
     return [pair for found in done for pair in found]
 
 
-def fit(pairs: Sequence[Mark], *, task: Task, model: str, source: str) -> calibration.Calibration:
+def fit(pairs: Sequence[Mark], *, task: Task, model: str, source: str) -> Calibration:
     """The calibration of ``task`` from marked raw confidences, with its scores before and after (in sample)."""
     if len(pairs) < 20:
         raise ConfigError(
@@ -176,8 +177,8 @@ def held_out_cases(task: Task) -> list[Case]:
 
 def held_out_examples(task: Task) -> list[Example]:
     """The pool lines ``extractor train`` kept out of the task's adapter (its manifest lists them)."""
+    from extractor.adapters import manifest
     from extractor.examples.pool import check_line
-    from extractor.training import manifest
 
     assert task.adapter is not None
     numbers = set((manifest.read(task.adapter).get("config") or {}).get("held_out_lines", {}).get(task.name) or ())

@@ -23,8 +23,9 @@ from typing import Any
 
 from extractor.errors import ExtractorError
 from extractor.jobs.batch import BatchSummary, RecordStats, record_stats
-from extractor.jobs.journal import Journal, write_atomic
+from extractor.jobs.journal import Journal
 from extractor.jobs.rows import RowId, row_key
+from extractor.storage import write_atomic
 
 SHARD = re.compile(r"part-(\d{5,})\.jsonl")
 SUMMARY = "summary.json"

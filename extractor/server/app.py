@@ -45,11 +45,11 @@ def create_app(
     the app shuts down (after uvicorn has drained the requests in flight). With ``watch``, the
     catalog reloads when its files change (SIGHUP and ``POST /tasks/reload`` reload it always).
     The review queue's database is migrated when the app starts (without a lifespan: on first use).
-    The tasks are MCP tools at ``/mcp`` (:mod:`extractor.mcp`), served while the lifespan runs.
+    The tasks are MCP tools at ``/mcp`` (:mod:`extractor.server.mcp`), served while the lifespan runs.
     """
     # the MCP server: an interface beside this one, built on the same service (imported here, once the
-    # server package is whole: extractor.mcp imports from it)
-    from extractor.mcp import http as mcp_http
+    # server package is whole: extractor.server.mcp imports its service and reloader)
+    from extractor.server.mcp import http as mcp_http
 
     service = Service(extractor)
     reloader = CatalogReloader(extractor, service.metrics)

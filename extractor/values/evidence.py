@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from extractor.grounding import field_path, scalar_leaves
+from extractor.schema import unescape
 from extractor.values import dates, durations, readings
 from extractor.values.context import Context, EvidenceError
 from extractor.values.fields import KIND_READINGS, ValueField
@@ -169,7 +170,7 @@ def _get(data: Any, pointer: str) -> Any:
 
 
 def _tokens(pointer: str) -> list[str]:
-    return [t.replace("~1", "/").replace("~0", "~") for t in pointer.split("/")[1:]]
+    return [unescape(t) for t in pointer.split("/")[1:]]
 
 
 def _set(data: Any, pointer: str, value: Any) -> None:

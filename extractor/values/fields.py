@@ -18,12 +18,11 @@ service reads the typed value back from those words (:mod:`extractor.values.norm
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from extractor.constraints.decoding import node_at
-from extractor.grounding import escape_token
+from extractor.schema import escape, walk_fields
 from extractor.values.readings import READINGS
 
 FORMATS = ("date", "date-time", "time", "duration")
@@ -36,7 +35,6 @@ UNIT_OF = "unit_of"  # on a sibling property: the service writes the value's cur
 PASSAGE_SETTINGS = ("query", "passages", "merge", "from", "expect")
 EVIDENCE_MAX_CHARS = 120
 _MAX_DEPTH = 32
-_REF_REPEATS = 3
 
 
 @dataclass(frozen=True)
@@ -77,42 +75,32 @@ def kind_of(node: Any) -> str | None:
 def value_fields(schema: Mapping[str, Any]) -> dict[str, ValueField]:
     """Every value field of ``schema`` by field path (local ``$ref``s followed)."""
     found: dict[str, ValueField] = {}
-    _collect(schema, schema, "", found, depth=0, refs=())
-    return found
 
-
-def _collect(
-    root: Mapping[str, Any], node: Any, path: str, found: dict[str, ValueField], depth: int, refs: tuple[str, ...]
-) -> None:
-    if not isinstance(node, Mapping) or depth > _MAX_DEPTH:
-        return
-    kind = kind_of(node)
-    if kind is not None:
+    def visit(path: str, node: Mapping[str, Any]) -> bool:
+        kind = kind_of(node)
+        if kind is None:
+            return False
         types = node.get("type")
         nullable = isinstance(types, list) and "null" in types
         found.setdefault(path, ValueField(path, kind, dict(_settings(node)), nullable))
-        return
-    ref = node.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#") and refs.count(ref) < _REF_REPEATS:
-        _collect(root, node_at(root, ref[1:]), path, found, depth + 1, (*refs, ref))
-    for key in ("anyOf", "oneOf"):
-        branches = [b for b in node.get(key) or [] if not _is_null(b)]
-        if len(branches) == 1:  # a value or null: the value's branch decides
-            _collect(root, branches[0], path, found, depth + 1, refs)
-        else:
-            for branch in branches:  # a union of shapes: only objects and arrays inside it are followed
-                if kind_of(branch) is None:
-                    _collect(root, branch, path, found, depth + 1, refs)
-    for branch in node.get("allOf") or []:
-        _collect(root, branch, path, found, depth + 1, refs)
-    properties = node.get("properties") or {}
-    for name, child in properties.items():
-        _collect(root, child, f"{path}/{escape_token(str(name))}", found, depth + 1, refs)
-    for name, of in unit_keys(properties).items():
-        at = f"{path}/{escape_token(of)}"
-        if at in found:
-            found[at] = replace(found[at], unit_key=name)
-    _collect(root, node.get("items"), path, found, depth + 1, refs)
+        return True
+
+    def visit_units(path: str, node: Mapping[str, Any]) -> bool:
+        for name, of in unit_keys(node.get("properties")).items():  # a sibling the service fills
+            at = f"{path}/{escape(of)}"
+            if at in found:
+                found[at] = replace(found[at], unit_key=name)
+        return kind_of(node) is not None
+
+    walk_fields(schema, visit, union=_union)
+    walk_fields(schema, visit_units, union=_union)
+    return found
+
+
+def _union(branches: Sequence[Any]) -> list[Any]:
+    # A value or null: the value's branch decides; a union of shapes: only objects and arrays inside it are followed.
+    live = [b for b in branches if not _is_null(b)]
+    return live if len(live) == 1 else [b for b in live if kind_of(b) is None]
 
 
 def _settings(node: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from extractor.grounding import escape_token, field_path
+from extractor.grounding import field_path
+from extractor.schema import escape
 from extractor.values import dates, durations, numbers, readings
 from extractor.values.context import DATE_ORDERS, PERCENT_MODES, Context, EvidenceError
 from extractor.values.fields import KIND_READINGS, ValueField
@@ -124,7 +125,7 @@ def _leaves(node: Any, pointer: str) -> list[tuple[str, Any, Any, Any]]:
     found: list[tuple[str, Any, Any, Any]] = []
     if isinstance(node, dict):
         for key, value in node.items():
-            child = f"{pointer}/{escape_token(str(key))}"
+            child = f"{pointer}/{escape(str(key))}"
             if isinstance(value, dict | list):
                 found += _leaves(value, child)
             elif value is not None:

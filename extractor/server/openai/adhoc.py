@@ -18,6 +18,7 @@ from typing import Any
 from extractor.catalog.tasks import Task, task_from_schema
 from extractor.config import GrammarBackend
 from extractor.errors import TaskError
+from extractor.schema import escape
 
 CACHE_SIZE = 256
 MAX_SCHEMA_BYTES = 65_536
@@ -48,7 +49,7 @@ def check_bounds(where: str, schema: Any) -> None:
         else:
             continue
         for key, child in items:
-            stack.append((child, f"{pointer}/{key.replace('~', '~0').replace('/', '~1')}", depth + 1))
+            stack.append((child, f"{pointer}/{escape(key)}", depth + 1))
 
 
 class AdHocTasks:

@@ -15,8 +15,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from extractor.adapters.manifest import AdapterError, check_model, read
 from extractor.models import save_weights
-from extractor.training.manifest import AdapterError, check_model, read
 
 MERGED = "extractor-merged.json"
 # Files of a model folder that are not weights: copied as they are (tokenizer, chat template).

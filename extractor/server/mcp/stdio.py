@@ -19,11 +19,11 @@ import sys
 from mcp.server.stdio import stdio_server
 
 from extractor.api import Extractor
-from extractor.mcp.server import TaskTools
+from extractor.server.mcp.server import TaskTools
 from extractor.server.reloading import CatalogReloader
 from extractor.server.service import Service
 
-log = logging.getLogger("extractor.mcp")
+log = logging.getLogger("extractor.server.mcp")
 
 
 async def serve(extractor: Extractor) -> None:

@@ -30,11 +30,11 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from extractor.catalog.reload import ReloadReport
 from extractor.catalog.tasks import Catalog
 from extractor.errors import ExtractorError
-from extractor.mcp import tools
+from extractor.server.mcp import tools
 from extractor.server.reloading import CatalogReloader
 from extractor.server.service import Service
 
-log = logging.getLogger("extractor.mcp")
+log = logging.getLogger("extractor.server.mcp")
 NAME = "extractor"
 INSTRUCTIONS = (
     "Each tool is one extraction task: give it `text` (or a base64 `document`) and it returns the task's "

@@ -21,8 +21,8 @@ from starlette.types import Receive, Scope, Send
 
 from extractor.config import Settings
 from extractor.errors import EngineNotReadyError
-from extractor.mcp.server import TaskTools
 from extractor.server.errors import error_response
+from extractor.server.mcp.server import TaskTools
 from extractor.server.reloading import CatalogReloader
 from extractor.server.service import Service
 

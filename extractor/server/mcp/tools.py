@@ -1,6 +1,6 @@
 """Tasks as MCP tools, pure: a task's tool definition, a call's arguments, a result or an error as a tool result.
 
-No I/O here (the server in :mod:`extractor.mcp.server` does it), so every shape is tested in milliseconds.
+No I/O here (the server in :mod:`extractor.server.mcp.server` does it), so every shape is tested in milliseconds.
 
 - ``inputSchema`` is the body of ``POST /extract/{task}`` (:class:`ExtractRequest`): ``text`` or
   ``document`` (base64 ``content`` + ``media_type``), ``options`` and ``review``.
