@@ -20,7 +20,6 @@ from typing import Any
 from extractor import Extractor, Settings, Task, pipeline
 from extractor.catalog.prompting import render
 from extractor.constraints import grounded_decoding, substring
-from extractor.engines import vllm_ahead, vllm_masks, vllm_staging
 from extractor.engines.base import Engine, Generation, GenerationRequest
 from extractor.jobs import batch
 from extractor.jobs.gold import GoldItem, load_gold, select, task_map
@@ -81,10 +80,10 @@ ADAPTER_SERVING = os.environ.get("EXTRACTOR_ADAPTER_SERVING", "off")
 def grammar_check() -> str:
     """vLLM's per-request grammar check as the engine does it, or as before (``BENCH_VLLM_RECHECK=1``), for an A-B.
 
-    ``extractor/engines/vllm_checks.py``: the engine skips vLLM's check for constraints extractor
+    ``extractor/vllm_plugins/checks.py``: the engine skips vLLM's check for constraints extractor
     has checked; with the variable set, the benchmark's engine runs it for every request again.
     """
-    from extractor.engines import vllm_checks
+    from extractor.vllm_plugins import checks as vllm_checks
 
     vllm_checks.SKIP = os.environ.get("BENCH_VLLM_RECHECK", "") != "1"
     return "skipped" if vllm_checks.SKIP else "per request"
@@ -103,16 +102,6 @@ def grammar_form() -> str:
         return "full"
     substring.skeleton = _SKELETON  # type: ignore[assignment]
     return "lean"
-
-
-def mask_ahead() -> bool:
-    """Whether this run's engine fills the next step's masks ahead (``EXTRACTOR_MASK_AHEAD=1`` with the pool)."""
-    return bool(vllm_masks.threads()) and vllm_ahead.wanted()
-
-
-def mask_staging() -> bool:
-    """Whether this run's engine stages the masks through kept pinned buffers (``EXTRACTOR_MASK_STAGING=1``)."""
-    return vllm_staging.wanted()
 
 
 def logprobs_form(engine: Engine) -> str:

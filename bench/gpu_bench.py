@@ -35,9 +35,9 @@ from typing import Any
 from bench import common, compact, grounded_grammar
 from bench.common import free_port, percentile
 from extractor import Extractor, Settings
-from extractor.engines import vllm_masks
 from extractor.engines.base import GenerationRequest
 from extractor.jobs.gold import GoldItem
+from extractor.vllm_plugins import masks as vllm_masks
 
 # Qwen2.5-7B-Instruct's dimensions (its config.json), with the default model's tokenizer and vocabulary.
 QWEN25_7B = {
@@ -211,8 +211,6 @@ async def engine_phase(out: Path, per_task: int, seed_per_task: int, parts: Sequ
         "load_format": settings.load_format,
         "speculative_tokens": settings.speculative_tokens,
         "mask_threads": vllm_masks.threads(),
-        "mask_ahead": common.mask_ahead(),
-        "mask_staging": common.mask_staging(),
         "engine": type(extractor.engine).__name__,  # ProcessEngine: vLLM's front end in a process of its own
         "vllm_grammar_check": common.grammar_check(),
         "grammar_form": common.grammar_form(),

@@ -1,4 +1,4 @@
-"""P5 with vLLM's own token-mask fill vs llguidance's thread pool (issue 28; ``extractor/engines/vllm_masks.py``).
+"""P5 with vLLM's own token-mask fill vs llguidance's thread pool (issue 28; ``extractor/vllm_plugins/masks.py``).
 
     EXTRACTOR_MASK_THREADS=0  python -m bench.mask_fill --per-task 50 --out mask-0.json
     EXTRACTOR_MASK_THREADS=16 python -m bench.mask_fill --per-task 50 --out mask-16.json
@@ -33,7 +33,7 @@ from typing import Any
 from bench import common, compact
 from bench.common import RESULTS
 from bench.gpu_bench import answer_lengths, capped, free_as, free_at, mixed_pass, profiled
-from extractor.engines import vllm_masks
+from extractor.vllm_plugins import masks as vllm_masks
 
 RUNS = tuple(RESULTS / "raw" / f"mask-fill-{n}.json" for n in ("0", "16", "16-skip"))
 # runs with free text of the same answers (``free_schema``, ``free_grounded``)
@@ -104,8 +104,6 @@ async def measure(per_task: int) -> dict[str, Any]:
     settings = extractor.settings
     report: dict[str, Any] = {
         "mask_threads": vllm_masks.threads(),
-        "mask_ahead": common.mask_ahead(),  # EXTRACTOR_MASK_AHEAD: the next step's masks filled ahead
-        "mask_staging": common.mask_staging(),  # EXTRACTOR_MASK_STAGING: kept pinned buffers for the masks
         "vllm_grammar_check": common.grammar_check(),
         "grammar_form": common.grammar_form(),
         "engine_start_s": start_s,
@@ -114,7 +112,6 @@ async def measure(per_task: int) -> dict[str, Any]:
         "load_format": settings.load_format,
         "lines_per_task": per_task,
         "speculative_tokens": settings.speculative_tokens,
-        "speculative_method": settings.speculative_method,
         "vllm_args": settings.engine_arguments,  # EXTRACTOR_VLLM_ARGS: the lever a run tried
         "replicas": settings.engine_replicas,  # EXTRACTOR_ENGINE_REPLICAS: engines of the model on the GPU
     }
