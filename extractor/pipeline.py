@@ -33,7 +33,7 @@ from extractor.options import Options
 from extractor.parsing import Parsed, parse, parse_and_validate, validate
 from extractor.results import Attempt, ChunkModel, ExtractionResult, SpanModel, Usage
 from extractor.review import agreement, confidence
-from extractor.schema import escape, unescape
+from extractor.schema import escape, join, unescape
 from extractor.typed import TypedModel, build_value
 from extractor.values import evidence
 
@@ -520,13 +520,38 @@ async def _extract_by_field(task: Task, pieces: Sequence[Chunk], p: Plan, engine
     attempts.sort(key=lambda a: (a.chunk or 0, a.number))
     problems = validate(task.validator, data)
     if problems:
-        raise ChunkedExtractionFailed(
-            task.name, attempts, reason=f"the fields read by passage break the schema: {'; '.join(problems[:3])}"
-        )
+        # A value a keyword checked only on the whole answer refuses is left out, not the document.
+        bad = sorted({join(e.absolute_path) for e in task.validator.iter_errors(data) if e.absolute_path})
+        kept = remove_values(data, bad) if bad else data
+        if not bad or validate(task.validator, kept):
+            raise ChunkedExtractionFailed(
+                task.name, attempts, reason=f"the fields read by passage break the schema: {'; '.join(problems[:3])}"
+            )
+        data, spans = kept, _spans_without(spans, bad)
+        scored = {s.path: s.confidence for s in spans if s.confidence is not None}
+        notes += [f"{problem}; left out" for problem in problems]
     extracted = Extracted(data, spans, [], attempts, (), list(pieces), notes=notes)
     if scored:
         extracted.confidences, extracted.calibrated = scored, False
     return extracted
+
+
+def _spans_without(spans: Sequence[Span], pointers: Sequence[str]) -> list[Span]:
+    """``spans`` less those at (or under) ``pointers``, array items after a dropped one moved up (see remove_values)."""
+    kept = list(spans)
+    for pointer in sorted(pointers, key=lambda q: [int(t) if t.isdigit() else -1 for t in q.split("/")[1:]])[::-1]:
+        parent, _, last = pointer.rpartition("/")
+        kept = [s for s in kept if s.path != pointer and not s.path.startswith(pointer + "/")]
+        if not last.isdigit():
+            continue
+        moved = []
+        for s in kept:
+            head, sep, rest = s.path[len(parent) + 1 :].partition("/")
+            if s.path.startswith(parent + "/") and head.isdigit() and int(head) > int(last):
+                s = replace(s, path=f"{parent}/{int(head) - 1}{sep}{rest}")
+            moved.append(s)
+        kept = moved
+    return kept
 
 
 def remove_values(data: Any, pointers: list[str]) -> Any:

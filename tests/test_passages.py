@@ -149,3 +149,27 @@ def test_an_expected_field_is_asked_for_a_value(tmp_path: Path) -> None:
     assert field_task(task, "effective_date").engine_schema["properties"]["effective_date"]["type"] == "string"
     assert field_task(task, "party").examples == ()  # the example stating nothing is not shown for it
     assert field_task(task, "term").engine_schema["properties"]["term"]["type"] == ["string", "null"]
+
+
+async def test_a_value_the_whole_schema_refuses_is_left_out_not_the_document(tmp_path: Path) -> None:
+    schema = json.loads(json.dumps(SCHEMA))
+    schema["properties"]["party"]["items"]["not"] = {"pattern": "AGREEMENT"}  # checked on the whole answer
+    (tmp_path / "schemas").mkdir()
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "schemas" / "nda.json").write_text(json.dumps(schema))
+    (tmp_path / "prompts" / "nda.j2").write_text("Answer with the fields of the contract.")
+
+    def with_a_title(request: GenerationRequest) -> str:
+        if "party" in json.dumps(request.json_schema or {}) + (request.grammar or ""):
+            return json.dumps({"party": ["THIS AGREEMENT", "Acme Widgets, Inc."]})
+        return respond(request)
+
+    engine = ScriptedEngine(respond=with_a_title)
+    settings = Settings.from_env({}, home=tmp_path / "home", engine="scripted")
+    extractor = Extractor(settings=settings, engine=engine, catalog=Catalog.load(tmp_path))
+    result = await extractor.aextract("nda", TEXT)
+    assert result.data["party"] == ["Acme Widgets, Inc."] and result.data["jurisdiction"] == "New York"
+    assert any(n.startswith("/party/0: ") and n.endswith("left out") for n in result.notes)
+    party = next(s for s in result.spans if s.path == "/party/0")
+    assert TEXT[party.start : party.end] == "Acme Widgets, Inc."
+    assert not any(s.path == "/party/1" for s in result.spans)
