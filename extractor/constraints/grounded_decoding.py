@@ -38,7 +38,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from extractor.constraints import decoding, substring
+from extractor.constraints import decoding, patterns, substring
 from extractor.grounding import is_unspaced
 from extractor.schema import escape, resolve, types_of, walk
 
@@ -268,11 +268,11 @@ def _enum_node(node: Mapping[str, Any], pool: list[str]) -> dict[str, Any] | Non
     low = node.get("minLength", 0)
     high = node.get("maxLength", MAX_CHARS)
     pattern = node.get("pattern")
-    try:
-        compiled = re.compile(pattern) if isinstance(pattern, str) else None
-    except re.error:
-        return None  # an ECMA pattern Python cannot read: leave the field to post-hoc checking
-    allowed = [c for c in pool if low <= len(c) <= high and (compiled is None or compiled.search(c))]
+    if isinstance(pattern, str) and patterns.problem(pattern) is not None:
+        return None  # a pattern RE2 cannot run in linear time: leave the field to post-hoc checking
+    allowed = [
+        c for c in pool if low <= len(c) <= high and (not isinstance(pattern, str) or patterns.search(pattern, c))
+    ]  # RE2, as validation: a backtracking pattern ("^(a+)+$") stays linear in the candidate's length
     nullable = "null" in types_of(node)
     if not allowed and not nullable:
         return None
