@@ -151,3 +151,12 @@ async def test_another_model_is_tried_last_with_the_winning_settings(tmp_path: P
     assert last.label == f"{tuning.winner(rows[:2]).candidate.label}, model gemma3-270m"
     assert last.apply(task).settings.model == "gemma3-270m" and last.apply(task).adapter is None
     await extractor.aclose()
+
+
+def test_a_task_on_another_model_leaves_its_adapter_with_a_warning(tmp_path: Path) -> None:
+    from extractor.adapters.manifest import MANIFEST
+
+    (tmp_path / "adapters" / "trip").mkdir(parents=True)
+    (tmp_path / "adapters" / "trip" / MANIFEST).write_text("{}")
+    task = _catalog(tmp_path, tuned={"x-extractor": {"model": "gemma3-270m"}}).get("trip")
+    assert task.adapter is None and any("its adapter" in w and "is not used" in w for w in task.warnings)

@@ -191,6 +191,9 @@ def _with_adapter(where: str, task: Task, root: Path) -> Task:
     if setting is False:
         return task
     folder = root / setting if isinstance(setting, str) else root / "adapters" / task.name
+    if task.settings.model is not None and (folder / MANIFEST).is_file():  # trained for another model's weights
+        note = f"{where}: served by {task.settings.model} (x-extractor.model): its adapter {folder} is not used"
+        return replace(task, warnings=(*task.warnings, note))
     if not (folder / MANIFEST).is_file():
         if isinstance(setting, str):
             raise TaskError(where, f"#/{SETTINGS_KEY}/adapter", f"{folder}: no adapter there (no {MANIFEST})")
