@@ -207,7 +207,8 @@ async def test_top_level_array_is_decoded_wrapped_and_returned_as_the_schema_des
     assert result.value == ["Paris", "Rome"]  # the typed value too
     assert [(s.path, text[s.start : s.end]) for s in result.spans] == [("/0", "Paris"), ("/1", "Rome")]
     request = engine.history[0]
-    assert request.json_schema is not None and request.json_schema["required"] == ["value"]  # decoded wrapped
+    assert cities.task("cities").engine_schema["required"] == ["value"]  # decoded wrapped
+    assert request.grammar is not None and "value" in request.grammar  # held to the text (grounded decoding)
     assert {"role": "assistant", "content": '{"value":["Lyon","Nice"]}'} in request.messages  # the example too
 
 

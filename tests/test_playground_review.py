@@ -48,7 +48,7 @@ ANSWERS: dict[str, dict[str, Any]] = {}
 
 def respond(request: GenerationRequest) -> str:
     messages = request.messages
-    text = messages[-1]["content"]
+    text = messages[-1]["content"].split("\n\n")[0]  # the text, without the pool's hints after it
     if text in ANSWERS:
         return json.dumps(ANSWERS[text], ensure_ascii=False)
     shown = [
@@ -274,9 +274,10 @@ def test_a_value_corrected_by_selecting_it_teaches_the_next_request(
     # the next request for a near-identical text shows the corrected example, and the city comes back right
     result = http.post(f"/extract/{TASK}", json={"text": NEAR}).json()
     messages = engine.history[-1].messages
-    shown = [(m["content"], messages[n + 1]["content"]) for n, m in enumerate(messages[:-1]) if m["role"] == "user"]
+    text = [m["content"].split("\n\n")[0] for m in messages]  # each text is followed by the pool's hints
+    shown = [(text[n], messages[n + 1]["content"]) for n, m in enumerate(messages[:-1]) if m["role"] == "user"]
     assert (TEXT, json.dumps(RIGHT, ensure_ascii=False, separators=(",", ":"))) in shown
-    assert messages[-1] == {"role": "user", "content": NEAR}
+    assert messages[-1]["role"] == "user" and text[-1] == NEAR
     assert result["data"]["city"] == "格拉纳达"
 
 
