@@ -51,12 +51,12 @@ def check_all(
     layers: tuple[Mapping[str, Any], str] | None = None,
 ) -> Checked:
     """Every load check of a schema: limits, draft, meta-schema, refs, settings, keywords, typing, examples, compile."""
-    limits.check_schema(where, source)
+    bounded = limits.check_schema(where, source)
     settings, examples = read_settings(where, source, layers=layers)
     prepared = task_schema.prepare(where, source, backend=backend, allow_unenforced=settings.unenforced_allowed)
     schema = prepared.schema  # 2020-12, an object top level, only what decoding enforces
     _check_schema(where, schema)
-    warnings = list(prepared.warnings)
+    warnings = [*prepared.warnings, *bounded]
     warnings += [f"{where}: {w}" for w in grounded_decoding.check(schema)]
     typed, typed_warnings = _build_typed(where, prepared.meaning or schema, name)
     warnings += typed_warnings
