@@ -316,3 +316,34 @@ def test_an_optional_field_no_value_satisfies_loads(tmp_path: Path) -> None:
     schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 5, "maximum": 3}, "m": {}}}
     task = load(tmp_path, "optional", schema)
     assert task.validator.is_valid({"m": 1}) and not task.validator.is_valid({"n": 4})
+
+
+def nested_foos(*, required: bool) -> dict[str, Any]:
+    """A draft-07 ``Foo`` whose ``childFoos`` is an ``allOf`` of ``Foo`` and more (JSONSchemaBench's o17683)."""
+    child = {"allOf": [{"$ref": "#/definitions/Foo"}, {"$ref": "#/definitions/ChildFoo"}]}
+    foo = {"type": "object", "properties": {"name": {"type": "string"}, "childFoos": child}}
+    return {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "definitions": {"ChildFoo": {"type": "object", "required": ["name"]}, "Foo": foo},
+        "type": "object",
+        "properties": {"Foo": {"$ref": "#/definitions/Foo"}},
+        "required": ["Foo"],
+        **(
+            {"definitions": {"ChildFoo": {"type": "object"}, "Foo": {**foo, "required": ["childFoos"]}}}
+            if required
+            else {}
+        ),
+    }
+
+
+def test_a_recursive_ref_inside_an_allof_loads_with_the_other_branches_checked_after(tmp_path: Path) -> None:
+    task = load(tmp_path, "foos", nested_foos(required=False))
+    assert any("/allOf" in w and "checked after generation only" in w for w in task.warnings), task.warnings
+    assert not task.validator.is_valid({"Foo": {"childFoos": {}}})  # ChildFoo requires a name
+    assert task.validator.is_valid({"Foo": {"childFoos": {"name": "b"}}})
+
+
+def test_a_schema_no_finite_value_satisfies_is_refused_with_the_reason(tmp_path: Path) -> None:
+    # Foo requires childFoos, which is a Foo: every answer would need Foos inside Foos without end
+    error = refused(tmp_path, "foos", nested_foos(required=True))
+    assert "no finite value satisfies this schema" in error.reason and error.pointer.endswith("/Foo")

@@ -169,6 +169,13 @@ def _strip_circular_siblings(schema: dict[str, Any], target: str) -> list[Unenfo
     """
     found = []
     for pointer, node in list(walk(schema)):
+        branches = node.get("allOf")
+        if isinstance(branches, list) and isinstance(node, dict) and any(_refers(b, target) for b in branches):
+            # merged with the other branches, the recursive ref is not alone: decoding keeps it alone
+            found.append(
+                Unenforced(f"{pointer}/allOf", "allOf", "beside a recursive $ref, which llguidance compiles only alone")
+            )
+            node["allOf"] = [b for b in branches if _refers(b, target)][:1]
         if node.get("$ref") != target or not isinstance(node, dict):
             continue
         beside = [k for k in node if k != "$ref" and not str(k).startswith("x-")]
@@ -201,6 +208,10 @@ def _drop_unknown_formats(schema: dict[str, Any]) -> tuple[tuple[str, str], ...]
             if not kinds or "string" in kinds:
                 dropped.append((f"{pointer}/format", str(value)))
     return tuple(dropped)
+
+
+def _refers(branch: Any, target: str) -> bool:
+    return isinstance(branch, Mapping) and branch.get("$ref") == target
 
 
 def _skeleton(node: Mapping[str, Any]) -> dict[str, Any]:
