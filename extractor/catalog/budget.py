@@ -39,7 +39,7 @@ class WorstCase:
 def worst_case(schema: Mapping[str, Any]) -> WorstCase:
     """The longest compact-JSON answer ``schema`` allows (``$ref`` to its own ``$defs`` followed)."""
     out = WorstCase()
-    out.tokens = _tokens(schema, schema, "", out, 0)
+    out.tokens = _tokens(schema, schema, "", out, 0, {})
     return out
 
 
@@ -76,7 +76,20 @@ def _syntax(text: str) -> int:
     return math.ceil(len(text) / SYNTAX_CHARS_PER_TOKEN)
 
 
-def _tokens(root: Mapping[str, Any], node: Any, pointer: str, out: WorstCase, depth: int) -> int:
+def _tokens(root: Mapping[str, Any], node: Any, pointer: str, out: WorstCase, depth: int, memo: dict[int, int]) -> int:
+    # Each subschema is estimated once (``memo``), so shared definitions cost nothing more; a depth cut
+    # makes the answer unbounded anyway, so an estimate does not depend on where it was first reached.
+    if isinstance(node, Mapping) and id(node) in memo:
+        return memo[id(node)]
+    tokens = _estimate(root, node, pointer, out, depth, memo)
+    if isinstance(node, Mapping):
+        memo[id(node)] = tokens
+    return tokens
+
+
+def _estimate(
+    root: Mapping[str, Any], node: Any, pointer: str, out: WorstCase, depth: int, memo: dict[int, int]
+) -> int:
     if not isinstance(node, Mapping) or depth > _MAX_REF_DEPTH:
         if depth > _MAX_REF_DEPTH:
             out.unbounded.append(f"{pointer or '/'}: $ref nests deeper than {_MAX_REF_DEPTH}")
@@ -86,7 +99,7 @@ def _tokens(root: Mapping[str, Any], node: Any, pointer: str, out: WorstCase, de
         if target is None:
             out.unbounded.append(f"{pointer or '/'}: $ref {node['$ref']!r} is not local")
             return 0
-        return _tokens(root, target, pointer, out, depth + 1)
+        return _tokens(root, target, pointer, out, depth + 1, memo)
     if "const" in node:
         return _syntax(json.dumps(node["const"], ensure_ascii=False, separators=(",", ":")))
     if "enum" in node:
@@ -94,10 +107,10 @@ def _tokens(root: Mapping[str, Any], node: Any, pointer: str, out: WorstCase, de
         return max((_syntax(json.dumps(v, ensure_ascii=False, separators=(",", ":"))) for v in values), default=1)
     branches = [b for key in ("anyOf", "oneOf") for b in node.get(key, ()) if isinstance(b, Mapping)]
     if branches:
-        return max(_tokens(root, b, pointer, out, depth + 1) for b in branches)
+        return max(_tokens(root, b, pointer, out, depth + 1, memo) for b in branches)
     kinds = node.get("type")
     types = kinds if isinstance(kinds, list) else [kinds] if kinds else _implied(node)
-    return max((_typed(root, node, str(t), pointer, out, depth) for t in types), default=1)
+    return max((_typed(root, node, str(t), pointer, out, depth, memo) for t in types), default=1)
 
 
 def _implied(node: Mapping[str, Any]) -> list[str]:
@@ -109,14 +122,20 @@ def _implied(node: Mapping[str, Any]) -> list[str]:
 
 
 def _typed(
-    root: Mapping[str, Any], node: Mapping[str, Any], kind: str, pointer: str, out: WorstCase, depth: int
+    root: Mapping[str, Any],
+    node: Mapping[str, Any],
+    kind: str,
+    pointer: str,
+    out: WorstCase,
+    depth: int,
+    memo: dict[int, int],
 ) -> int:
     if kind == "object":
         properties = node.get("properties") or {}
         total = 1  # the braces, with the commas: about one token per two characters of "{,,}"
         for name, sub in properties.items():
             total += _syntax(json.dumps(name, ensure_ascii=False) + ":,")
-            total += _tokens(root, sub, f"{pointer}/{name}", out, depth + 1)
+            total += _tokens(root, sub, f"{pointer}/{name}", out, depth + 1, memo)
         return total
     if kind == "array":
         items = node.get("items", {})
@@ -124,7 +143,7 @@ def _typed(
         if not isinstance(most, int):
             out.unbounded.append(f"{pointer or '/'}: array without maxItems")
             return 0
-        return 1 + most * (_tokens(root, items, f"{pointer}/items", out, depth + 1) + 1)
+        return 1 + most * (_tokens(root, items, f"{pointer}/items", out, depth + 1, memo) + 1)
     if kind == "string":
         most = node.get("maxLength")
         if not isinstance(most, int):

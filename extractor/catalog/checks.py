@@ -20,7 +20,7 @@ from extractor.config import GrammarBackend
 from extractor.constraints import decoding, grounded_decoding, task_schema
 from extractor.errors import TaskError
 from extractor.examples.pool import Example
-from extractor.schema import join, resolve, walk
+from extractor.schema import join, resolve, types_of, walk
 from extractor.typed import TypedModel, model_for_schema
 from extractor.values import ValueField
 
@@ -51,12 +51,12 @@ def check_all(
     layers: tuple[Mapping[str, Any], str] | None = None,
 ) -> Checked:
     """Every load check of a schema: limits, draft, meta-schema, refs, settings, keywords, typing, examples, compile."""
-    limits.check_schema(where, source)
+    bounded = limits.check_schema(where, source)
     settings, examples = read_settings(where, source, layers=layers)
     prepared = task_schema.prepare(where, source, backend=backend, allow_unenforced=settings.unenforced_allowed)
     schema = prepared.schema  # 2020-12, an object top level, only what decoding enforces
     _check_schema(where, schema)
-    warnings = list(prepared.warnings)
+    warnings = [*prepared.warnings, *bounded]
     warnings += [f"{where}: {w}" for w in grounded_decoding.check(schema)]
     typed, typed_warnings = _build_typed(where, prepared.meaning or schema, name)
     warnings += typed_warnings
@@ -107,6 +107,61 @@ def _check_schema(where: str, schema: dict[str, Any]) -> None:
         if "$id" in sub and pointer != "#":
             raise TaskError(where, f"{pointer}/$id", "nested $id is not allowed (it changes how refs resolve)")
     _check_ref_cycles(where, schema)
+    _check_finite(where, schema)
+
+
+_FINITE_PASSES = 64  # a fixpoint deeper than this is taken as finite (not refused)
+
+
+def _check_finite(where: str, schema: Mapping[str, Any]) -> None:
+    """Refuse a schema no finite value satisfies: a required property that needs its own kind inside, without end.
+
+    The grammar backend compiles such a schema (``Foo`` requires ``childFoos``, an ``allOf`` of
+    ``Foo`` and more), and decoding would run to ``max_tokens`` every time. The finite subschemas
+    are found as a least fixpoint: one is finite when its refs, all its ``allOf``, one of its
+    ``anyOf``/``oneOf``, and the required properties (and the items of a non-empty array) of an
+    object-only (array-only) type are.
+    """
+    nodes = list(walk(schema))
+    finite: set[int] = set()
+
+    def ok(node: Any) -> bool:
+        return node is not False and (not isinstance(node, Mapping) or id(node) in finite)
+
+    def has_finite(sub: Mapping[str, Any]) -> bool:
+        ref = sub.get("$ref")
+        if isinstance(ref, str) and not ok(resolve(schema, ref)):
+            return False
+        if not all(ok(b) for b in sub.get("allOf") or []):
+            return False
+        for key in ("anyOf", "oneOf"):
+            if isinstance(sub.get(key), list) and not any(ok(b) for b in sub[key]):
+                return False
+        kinds = types_of(sub)
+        properties = sub.get("properties") or {}
+        if kinds == {"object"} and isinstance(properties, Mapping):
+            required = sub.get("required") or []
+            return all(ok(properties.get(name, True)) for name in required if isinstance(name, str))
+        if kinds == {"array"} and isinstance(sub.get("minItems"), int) and sub["minItems"] > 0:
+            return ok(sub.get("items", True))
+        return True
+
+    for _ in range(_FINITE_PASSES):
+        grown = [sub for _, sub in nodes if id(sub) not in finite and has_finite(sub)]
+        finite.update(id(sub) for sub in grown)
+        if not grown:
+            break
+    else:
+        return  # not settled: never refused on a guess
+    if ok(schema):
+        return
+    pointer = next((p for p, sub in nodes if p.startswith("#/$defs/") and p.count("/") == 2 and not ok(sub)), "#")
+    raise TaskError(
+        where,
+        pointer,
+        "no finite value satisfies this schema: each required property or branch leads back to a value of the same "
+        "kind inside it, without end, so no answer could ever be accepted",
+    )
 
 
 def _check_ref_cycles(where: str, schema: Mapping[str, Any]) -> None:

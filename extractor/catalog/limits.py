@@ -28,7 +28,7 @@ MAX_ENUM = 1_000  # values of one enum
 MAX_STRING_LENGTH = 100_000  # maxLength, minLength
 MAX_COUNT = 10_000  # maxItems, minItems, maxProperties, minProperties, maxContains, minContains
 MAX_REF_CHAIN = 32  # a $ref to a $ref to ...
-MAX_EXPANDED = 20_000  # subschemas once every $ref is followed (refs can share, and multiply, a subschema)
+MAX_EXPANDED = 20_000  # subschemas applied to one value of an answer, $refs followed (refs can multiply them)
 MAX_COMPILE_S = 5.0  # compiling the decoding grammar of one task at load
 
 _LENGTHS = ("maxLength", "minLength")
@@ -76,8 +76,12 @@ def _check_nesting(where: str, text: str) -> None:
             depth -= 1
 
 
-def check_schema(where: str, schema: Any) -> None:
-    """Every limit of this module on a parsed schema; raise :class:`TaskError` at the first one past its limit."""
+def check_schema(where: str, schema: Any) -> list[str]:
+    """Every limit of this module on a parsed schema; raise :class:`TaskError` at the first one past its limit.
+
+    Returns load warnings: the patterns RE2 cannot run, checked after generation by a bounded engine.
+    """
+    warnings: list[str] = []
     nodes = 0
     stack: list[tuple[Any, list[str]]] = [(schema, [])]
     while stack:
@@ -90,12 +94,13 @@ def check_schema(where: str, schema: Any) -> None:
         nodes += 1
         if nodes > MAX_NODES:
             raise TaskError(where, "", f"the schema has more than {MAX_NODES} objects and arrays")
-        _check_keywords(where, schema, node, path)
+        warnings += _check_keywords(where, schema, node, path)
         stack.extend(reversed([(value, [*path, key]) for key, value in node.items() if key not in _DATA]))
     _check_expansion(where, schema)
+    return warnings
 
 
-def _check_keywords(where: str, schema: Any, node: Mapping[str, Any], path: list[str]) -> None:
+def _check_keywords(where: str, schema: Any, node: Mapping[str, Any], path: list[str]) -> list[str]:
     enum = node.get("enum")
     if isinstance(enum, list) and len(enum) > MAX_ENUM:
         raise TaskError(where, join([*path, "enum"], "#"), f"an enum of {len(enum)} values (at most {MAX_ENUM})")
@@ -109,15 +114,25 @@ def _check_keywords(where: str, schema: Any, node: Mapping[str, Any], path: list
     found: list[tuple[list[str], str]] = [(["pattern"], pattern)] if isinstance(pattern, str) else []
     if isinstance(node.get("patternProperties"), Mapping):
         found += [(["patternProperties", key], key) for key in node["patternProperties"]]
+    warnings = []
     for where_in, text in found:
         if not _is_regex(text):
             continue  # not a regex at all: the meta-schema check says so, better
+        pointer = join([*path, *where_in], "#")
         reason = patterns.problem(text)
         if reason is not None:
-            raise TaskError(where, join([*path, *where_in], "#"), reason)
+            raise TaskError(where, pointer, reason)
+        needs = patterns.backtracking(text)
+        if needs is not None:
+            warnings.append(
+                f"{where}: {pointer}: the linear-time regex engine (RE2) cannot run this pattern ({needs}): "
+                f"checked after generation only, by a backtracking engine bounded to {patterns.MATCH_TIMEOUT_S} s "
+                "a value (a value it cannot check in time is re-asked)"
+            )
     ref = node.get("$ref")
     if isinstance(ref, str) and ref.startswith("#"):
         _check_chain(where, schema, ref, path)
+    return warnings
 
 
 def _is_regex(text: str) -> bool:
@@ -148,50 +163,91 @@ def _check_chain(where: str, schema: Any, ref: str, path: list[str]) -> None:
         raise TaskError(where, join([*path, "$ref"], "#"), f"$ref {ref!r} does not resolve to a schema in this file")
 
 
-def _check_expansion(where: str, schema: Any) -> None:
-    """Count subschemas with every $ref followed: shared definitions can multiply (a "billion laughs").
+# Where a subschema applies: to the same value (in place), or to a value below it (an item, a property).
+_IN_PLACE_LISTS = ("allOf", "anyOf", "oneOf")
+_IN_PLACE_ONE = ("not", "if", "then", "else")
+_IN_PLACE_MAPS = ("dependentSchemas", "dependencies")
+_BELOW_MAPS = ("properties", "patternProperties")
+_BELOW_ONE = (
+    "additionalProperties",
+    "additionalItems",
+    "contains",
+    "propertyNames",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+)
+_BELOW_LISTS = ("prefixItems", "items")  # ``items`` as a list in drafts before 2020-12; as one schema, below too
 
-    Recursion (a $ref back to a schema it is inside of) is counted once: validating it consumes
-    the instance. A $ref chain that loops without doing so is :func:`_check_chain`'s (and the task
-    loader's, through ``allOf`` and the like).
+
+def _check_expansion(where: str, schema: Any) -> None:
+    """Bound what validating one answer walks: the subschemas that apply to one of its values, $refs followed.
+
+    Shared definitions can multiply (a "billion laughs"): ``anyOf`` of two refs to ``anyOf`` of two
+    refs ... applies 2**40 subschemas to one value. What is counted is what a validator visits, not
+    the schema with every $ref written out: a definition shared by many properties (an API schema's
+    ``author`` under every ``credits``) applies once per value of the answer, and the answer is
+    bounded by its tokens; the grammar compiles each definition once. Counted per value: the
+    subschemas applied in place (``allOf``, ``anyOf``, ``$ref``, ...), and, along any path down the
+    answer, the subschemas applied to one value below (each branch of an ``anyOf`` takes the
+    properties below with it). Recursion (a $ref back to a schema it is inside of) is counted once:
+    validating it consumes the instance. A $ref chain that loops without doing so is
+    :func:`_check_chain`'s (and the task loader's, through ``allOf`` and the like).
     """
-    memo: dict[int, int] = {}
+    memo: dict[int, tuple[int, int]] = {}
     active: list[str] = []
 
-    def size(node: Any, path: list[str], depth: int) -> int:
-        if isinstance(node, list):
-            return sum(size(item, [*path, str(i)], depth + 1) for i, item in enumerate(node))
+    def applied(node: Any, path: list[str], depth: int) -> tuple[int, int]:
+        # (subschemas applied in place to a value, subschemas applied to one value below it, at most)
         if not isinstance(node, Mapping):
-            return 0
+            return 0, 0
         if depth > 2 * MAX_DEPTH:
             raise TaskError(
                 where, join(path, "#"), f"the schema nests deeper than {2 * MAX_DEPTH} levels once $refs are followed"
             )
         if id(node) in memo:
             return memo[id(node)]
-        total = 1
+        here, below = 1, 0
+        in_place: list[tuple[Any, list[str]]] = []
         ref = node.get("$ref")
-        if isinstance(ref, str) and ref.startswith("#"):
-            target = resolve(schema, ref)
-            if ref in active:
-                return total  # recursion through properties or items: each level needs more instance
+        if isinstance(ref, str) and ref.startswith("#") and ref not in active:
+            in_place.append((resolve(schema, ref), [unescape(t) for t in unquote(ref[1:]).split("/")[1:]]))
+        in_place += [(node.get(k), [*path, k]) for k in _IN_PLACE_ONE]
+        in_place += [(b, [*path, k, str(i)]) for k in _IN_PLACE_LISTS for i, b in enumerate(_listed(node.get(k)))]
+        in_place += [(b, [*path, k, n]) for k in _IN_PLACE_MAPS for n, b in _mapped(node.get(k))]
+        children = [(node.get(k), [*path, k]) for k in _BELOW_ONE]
+        children += [(b, [*path, k, n]) for k in _BELOW_MAPS for n, b in _mapped(node.get(k))]
+        items = node.get("items")
+        children += [(items, [*path, "items"])] if isinstance(items, Mapping) else []
+        children += [(b, [*path, k, str(i)]) for k in _BELOW_LISTS for i, b in enumerate(_listed(node.get(k)))]
+        if isinstance(ref, str):
             active.append(ref)
-            target_path = [unescape(t) for t in unquote(ref[1:]).split("/")[1:]]
-            total += size(target, target_path, depth + 1)
-            active.pop()
-        total += sum(
-            size(value, [*path, key], depth + 1) for key, value in node.items() if key not in _DATA and key != "$ref"
-        )
-        if total > MAX_EXPANDED:
+        try:
+            for child, child_path in in_place:
+                count, deeper = applied(child, child_path, depth + 1)
+                here, below = here + count, below + deeper
+            below += max((max(applied(c, p, depth + 1)) for c, p in children), default=0)
+        finally:
+            if isinstance(ref, str):
+                active.pop()
+        if max(here, below) > MAX_EXPANDED:
             raise TaskError(
                 where,
                 join(path, "#"),
-                f"the schema holds more than {MAX_EXPANDED} subschemas once its $refs are followed",
+                f"more than {MAX_EXPANDED} subschemas apply to one value of an answer once the schema's $refs are "
+                "followed: validating an answer would not end in time",
             )
-        memo[id(node)] = total
-        return total
+        memo[id(node)] = here, below
+        return here, below
 
-    size(schema, [], 0)
+    applied(schema, [], 0)
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _mapped(value: Any) -> list[tuple[str, Any]]:
+    return [(str(k), v) for k, v in value.items()] if isinstance(value, Mapping) else []
 
 
 def check_compiles(where: str, engine_schema: Mapping[str, Any], *, backend: str, allow_unenforced: bool) -> list[str]:

@@ -10,7 +10,11 @@ llguidance adds keywords (``patternProperties``, ``minProperties``, ``multipleOf
 - it does not: each subschema is compiled on its own (its children left free) to find which
   keyword, where, and why; those keywords are left out of what decoding sees (``oneOf`` decoded
   as ``anyOf``) and checked after generation only, with a load warning naming each, or, under a
-  task's ``strict_enforcement``, the task is refused naming them.
+  task's ``strict_enforcement``, the task is refused naming them. Two refusals no one subschema
+  shows are found on the whole schema the same way: ``minProperties``/``maxProperties`` over
+  properties an ``allOf`` brings, and keywords beside a recursive ``$ref``;
+- no value satisfies it (llguidance's "Unsatisfiable schema", e.g. a required property with
+  ``minimum`` over ``maximum``): ``unsatisfiable`` names the subschema, and the task is refused.
 
 String formats llguidance does not know (``uri-reference``, ``regex``...) are left out of
 decoding with a load warning rather than refused: ``format`` is an annotation unless a validator
@@ -60,6 +64,11 @@ _TOGETHER = {
     "minProperties": ("minProperties", "maxProperties"),
     "maxProperties": ("minProperties", "maxProperties"),
 }
+_UNSATISFIABLE = "Unsatisfiable schema"
+_MAX_CIRCULAR = 32  # recursive refs with keywords beside them, stripped one target at a time
+_ANNOTATIONS = frozenset(
+    {"title", "description", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly", "$id"}
+)
 _MAP_KEYS = ("properties", "patternProperties", "dependentSchemas")
 _LIST_KEYS = ("allOf", "anyOf", "prefixItems")
 _ONE_KEYS = SUBSCHEMA_KEYS
@@ -82,6 +91,8 @@ class Decodable:
     unenforced: tuple[Unenforced, ...] = ()
     formats: tuple[tuple[str, str], ...] = ()  # (pointer, format) left out of decoding
     error: str | None = None  # the backend cannot compile the schema even without those
+    # Where no value satisfies the schema (llguidance's "Unsatisfiable schema"), the subschema to blame.
+    unsatisfiable: str | None = None
 
 
 def check(schema: Mapping[str, Any]) -> Decodable:
@@ -98,12 +109,16 @@ def check(schema: Mapping[str, Any]) -> Decodable:
     if compile_error(decodable) is None:
         return Decodable(decodable, (), formats)
     found: list[Unenforced] = []
+    unsatisfiable: list[str] = []  # pointers of subschemas no value satisfies (fine where optional)
     for pointer, node in list(walk(decodable)):
         assert isinstance(node, dict)
         if any(pointer.startswith(f.pointer + "/") for f in found):
             continue  # below a keyword already left out
         error = compile_error(_skeleton(node))
         if error is None:
+            continue
+        if error.startswith(_UNSATISFIABLE):
+            unsatisfiable.append(pointer)
             continue
         why = "llguidance does not implement it" if error.startswith("Unimplemented keys") else _short(error)
         for keyword in _blamed(error, node, compile_error):
@@ -119,7 +134,56 @@ def check(schema: Mapping[str, Any]) -> Decodable:
                 assert isinstance(node, dict)
                 _rename(node, "oneOf", "anyOf")
         error = compile_error(decodable)
+    if error is not None and "min/maxProperties" in error:
+        found += _drop_property_counts(decodable)
+        error = compile_error(decodable)
+    for _ in range(_MAX_CIRCULAR):
+        if error is None or "circular references with sibling keys" not in error:
+            break
+        found += _strip_circular_siblings(decodable, error.rsplit("json-schema://", 1)[-1].lstrip("/"))
+        error = compile_error(decodable)
+    if error is not None and error.startswith(_UNSATISFIABLE):
+        return Decodable(decodable, tuple(found), formats, _short(error), unsatisfiable[0] if unsatisfiable else "#")
     return Decodable(decodable, tuple(found), formats, error and _short(error))
+
+
+def _drop_property_counts(schema: dict[str, Any]) -> list[Unenforced]:
+    # llguidance counts properties only where every listed one is required; where the properties
+    # come from elsewhere (an ``allOf`` of refs), no one node's skeleton shows it, so every count goes.
+    found = []
+    for pointer, node in list(walk(schema)):
+        keys = [k for k in ("minProperties", "maxProperties") if k in node]
+        if keys and isinstance(node, dict):
+            why = "llguidance counts properties only when every listed property is required"
+            found += [Unenforced(f"{pointer}/{k}", k, why) for k in keys]
+            for key in keys:
+                del node[key]
+    return found
+
+
+def _strip_circular_siblings(schema: dict[str, Any], target: str) -> list[Unenforced]:
+    """Keywords beside each ``$ref`` to ``target`` (a recursive one), left out of decoding.
+
+    llguidance compiles a recursive ``$ref`` only alone; what sits beside it (a ``required``, a
+    ``description``) is checked after generation only. Annotations are dropped without a word.
+    """
+    found = []
+    for pointer, node in list(walk(schema)):
+        branches = node.get("allOf")
+        if isinstance(branches, list) and isinstance(node, dict) and any(_refers(b, target) for b in branches):
+            # merged with the other branches, the recursive ref is not alone: decoding keeps it alone
+            found.append(
+                Unenforced(f"{pointer}/allOf", "allOf", "beside a recursive $ref, which llguidance compiles only alone")
+            )
+            node["allOf"] = [b for b in branches if _refers(b, target)][:1]
+        if node.get("$ref") != target or not isinstance(node, dict):
+            continue
+        beside = [k for k in node if k != "$ref" and not str(k).startswith("x-")]
+        why = "beside a recursive $ref, which llguidance compiles only alone"
+        found += [Unenforced(f"{pointer}/{k}", k, why) for k in beside if k not in _ANNOTATIONS]
+        for key in beside:
+            del node[key]
+    return found
 
 
 def _static(schema: Mapping[str, Any]) -> list[Unenforced]:
@@ -144,6 +208,10 @@ def _drop_unknown_formats(schema: dict[str, Any]) -> tuple[tuple[str, str], ...]
             if not kinds or "string" in kinds:
                 dropped.append((f"{pointer}/format", str(value)))
     return tuple(dropped)
+
+
+def _refers(branch: Any, target: str) -> bool:
+    return isinstance(branch, Mapping) and branch.get("$ref") == target
 
 
 def _skeleton(node: Mapping[str, Any]) -> dict[str, Any]:

@@ -3,9 +3,15 @@
 jsonschema checks ``pattern``, ``patternProperties`` (and through it ``additionalProperties``)
 and ``format: regex`` with Python's backtracking ``re``: ``^(a+)+$`` against forty ``a`` and a ``!``
 takes minutes. :func:`linear_time` returns a validator class whose keywords run on RE2 instead
-(google-re2), :func:`format_checker` a format checker whose ``regex`` format does. RE2 refuses
-what cannot run in linear time (look-around, backreferences): :func:`problem` says why, and the
-task loader turns that into a load error, as the grammar backends refuse those patterns too.
+(google-re2), :func:`format_checker` a format checker whose ``regex`` format does.
+
+RE2 refuses what cannot run in linear time (look-around, backreferences). Such a pattern is still a
+real constraint an analyst wrote (``^(?!admin$)``, a password with ``(?=.*[0-9])``): the grammar
+backends cannot hold decoding to it either, so it is checked after generation only, by a
+backtracking engine (the ``regex`` package) bounded in time: a value it cannot check within
+:data:`MATCH_TIMEOUT_S` fails the check (and is re-asked) instead of holding the worker.
+:func:`problem` says why a pattern cannot be checked at all, :func:`backtracking` which ones take
+the bounded engine.
 """
 
 from __future__ import annotations
@@ -15,12 +21,20 @@ from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar, cast
 
 import re2
+import regex
 from jsonschema import FormatChecker, ValidationError
 from jsonschema.validators import extend
 
 V = TypeVar("V")
-MAX_PATTERN_CHARS = 1000
+# A sanity cap on the text of one pattern; what bounds the cost is RE2's memory budget (linear time),
+# or, for a pattern RE2 cannot run, the time bound of each match.
+MAX_PATTERN_CHARS = 20_000
 MAX_MEMORY_BYTES = 8 << 20  # RE2's budget for one compiled pattern
+MATCH_TIMEOUT_S = 0.1  # one match of a pattern RE2 cannot run (look-around, backreferences)
+
+
+class PatternTimeoutError(ValueError):
+    """A pattern RE2 cannot run took longer than :data:`MATCH_TIMEOUT_S` on one value."""
 
 
 def _options() -> Any:
@@ -36,28 +50,67 @@ def compiled(pattern: str) -> Any:
     return re2.compile(pattern, _options())
 
 
-def problem(pattern: str) -> str | None:
-    """Why ``pattern`` cannot be checked in linear time, or None when it can."""
-    if len(pattern) > MAX_PATTERN_CHARS:
-        return f"a pattern of {len(pattern)} characters (at most {MAX_PATTERN_CHARS})"
+@functools.lru_cache(maxsize=256)
+def _bounded(pattern: str) -> Any:
+    """``pattern`` compiled by the backtracking ``regex`` engine (cached), for the few RE2 refuses."""
+    return regex.compile(pattern)
+
+
+def backtracking(pattern: str) -> str | None:
+    """What RE2 cannot run in ``pattern`` (its error) when the bounded engine must check it; None when RE2 can."""
     try:
         compiled(pattern)
     except re2.error as error:
-        reason = error.args[0].decode() if error.args and isinstance(error.args[0], bytes) else str(error)
-        return (
-            f"pattern {pattern[:80]!r} is not supported by the linear-time regex engine (RE2): {reason}; "
-            "look-around and backreferences are not allowed"
-        )
+        return error.args[0].decode() if error.args and isinstance(error.args[0], bytes) else str(error)
+    return None
+
+
+def problem(pattern: str) -> str | None:
+    """Why ``pattern`` cannot be checked at all, or None when it can (in linear time, or bounded in time)."""
+    if len(pattern) > MAX_PATTERN_CHARS:
+        return f"a pattern of {len(pattern)} characters (at most {MAX_PATTERN_CHARS})"
+    reason = backtracking(pattern)
+    if reason is None:
+        return None
+    try:
+        _bounded(pattern)
+    except (regex.error, RecursionError, OverflowError) as error:
+        return f"pattern {pattern[:80]!r} compiles neither in RE2 ({reason}) nor in the regex package ({error})"
     return None
 
 
 def search(pattern: str, text: str) -> bool:
-    """Whether ``pattern`` matches somewhere in ``text`` (JSON Schema's unanchored semantics)."""
-    return compiled(pattern).search(text) is not None
+    """Whether ``pattern`` matches somewhere in ``text`` (JSON Schema's unanchored semantics).
+
+    Raises:
+        PatternTimeoutError: a pattern RE2 cannot run took over :data:`MATCH_TIMEOUT_S` on ``text``.
+
+    """
+    try:
+        return compiled(pattern).search(text) is not None
+    except re2.error:
+        pass
+    try:
+        return _bounded(pattern).search(text, timeout=MATCH_TIMEOUT_S) is not None
+    except TimeoutError:
+        raise PatternTimeoutError(
+            f"{pattern!r} took over {MATCH_TIMEOUT_S} s on a value of {len(text)} characters"
+        ) from None
+
+
+def _timed_out(error: PatternTimeoutError) -> ValidationError:
+    return ValidationError(f"cannot be checked in time: {error}; a value that can be checked is needed")
 
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: Mapping[str, Any]) -> Iterator[ValidationError]:
-    if validator.is_type(instance, "string") and not search(pattern, instance):
+    if not validator.is_type(instance, "string"):
+        return
+    try:
+        found = search(pattern, instance)
+    except PatternTimeoutError as error:
+        yield _timed_out(error)
+        return
+    if not found:
         yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
@@ -68,14 +121,30 @@ def _pattern_properties(
         return
     for pattern, subschema in patterns.items():
         for key, value in instance.items():
-            if search(pattern, key):
+            try:
+                found = search(pattern, key)
+            except PatternTimeoutError as error:
+                yield _timed_out(error)
+                continue
+            if found:
                 yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _matches_any(patterns: list[str], key: str) -> bool:
+    # A key a pattern cannot be checked against in time counts as matched: _pattern_properties reports it.
+    for pattern in patterns:
+        try:
+            if search(pattern, key):
+                return True
+        except PatternTimeoutError:
+            return True
+    return False
 
 
 def _additional(instance: Mapping[str, Any], schema: Mapping[str, Any]) -> list[str]:
     properties = schema.get("properties", {})
     patterns = list(schema.get("patternProperties", {}))
-    return [key for key in instance if key not in properties and not any(search(pattern, key) for pattern in patterns)]
+    return [key for key in instance if key not in properties and not _matches_any(patterns, key)]
 
 
 def _additional_properties(

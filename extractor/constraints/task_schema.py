@@ -82,7 +82,18 @@ def prepare(where: str, source: Mapping[str, Any], *, backend: GrammarBackend, a
                 f"{where}: {origin(pointer)}: llguidance does not know format {name!r}; "
                 "not enforced while decoding (checked after generation where jsonschema knows it)"
             )
-        found = [(origin(u.pointer), _as_written(origin(u.pointer), u.keyword), u.reason) for u in decodable.unenforced]
+        # One keyword as written may be reached twice in what decoding sees (a top-level $ref, wrapped).
+        found = list(
+            dict.fromkeys(
+                (origin(u.pointer), _as_written(origin(u.pointer), u.keyword), u.reason) for u in decodable.unenforced
+            )
+        )
+        if decodable.unsatisfiable is not None:
+            raise TaskError(
+                where,
+                origin(decodable.unsatisfiable) if decodable.unsatisfiable != "#" else "#",
+                f"no value satisfies this schema, so no answer could ever be accepted ({decodable.error})",
+            )
         if decodable.error is not None:
             raise TaskError(
                 where, "#", f"the grammar backend (llguidance) cannot compile this schema: {decodable.error}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -13,6 +14,10 @@ from extractor.schema.refs import resolve
 # few times per ref on a branch, not once per path through it (11**32 of them).
 FIELD_DEPTH = 32
 REF_REPEATS = 3
+# How often one walk follows one ref in all: a definition shared by many fields (an API schema's
+# ``author`` under every ``credits``, or 2**30 paths through ``{"a": ref, "b": ref}`` levels) is
+# walked on its first paths only, so a walk costs at most this many times the schema's size.
+REF_PATHS = 64
 
 
 def walk_fields(
@@ -26,9 +31,11 @@ def walk_fields(
     A field path is a data pointer without array indices (``/items/price``): the walk goes into
     ``properties`` (the path grows), ``items``, ``allOf``, the branches ``union`` keeps of each
     ``anyOf``/``oneOf`` (all of them by default), and local ``$ref``s (:func:`extractor.schema.resolve`),
-    each at most :data:`REF_REPEATS` times on a branch and :data:`FIELD_DEPTH` levels deep.
+    each at most :data:`REF_REPEATS` times on a branch, :data:`REF_PATHS` times in all and
+    :data:`FIELD_DEPTH` levels deep.
     ``visit`` returning True stops the walk below that subschema.
     """
+    followed: Counter[str] = Counter()
 
     def go(node: Any, path: str, depth: int, refs: tuple[str, ...]) -> None:
         if not isinstance(node, Mapping) or depth > FIELD_DEPTH:
@@ -36,7 +43,8 @@ def walk_fields(
         if visit(path, node):
             return
         ref = node.get("$ref")
-        if isinstance(ref, str) and ref.startswith("#") and refs.count(ref) < REF_REPEATS:
+        if isinstance(ref, str) and ref.startswith("#") and refs.count(ref) < REF_REPEATS and followed[ref] < REF_PATHS:
+            followed[ref] += 1
             go(resolve(root, ref), path, depth + 1, (*refs, ref))
         for key in ("anyOf", "oneOf"):
             for branch in union(node.get(key) or []):
