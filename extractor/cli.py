@@ -515,7 +515,9 @@ def _cmd_examples(args: argparse.Namespace) -> int:
 
         pooled = Catalog.load(settings.tasks_dir, backend=settings.grammar_backend).tasks.get(task.name)
         if pooled is not None:
-            plan = tuning.plan_text(pooled, tuning.candidates(pooled), lines=min(100, len(lines)))
+            own = pooled.settings.model or settings.model
+            models = _models_to_try(settings, own, say=False)
+            plan = tuning.plan_text(pooled, tuning.candidates(pooled), lines=min(100, len(lines)), models=models)
             print(plan, file=sys.stderr)
     return 0
 
@@ -694,6 +696,30 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _models_to_try(
+    settings: Settings, own: str, *, asked: list[str] | None = None, others: bool = True, say: bool = True
+) -> list[str]:
+    """The models ``tune`` tries beside the task's own.
+
+    ``asked`` (``--try-model``), else every other packaged model prepared here (``others``: not with
+    ``--no-try-model``, nor on a remote or scripted engine).
+    """
+    from extractor.models import MODELS, prepared_models
+
+    if asked is not None:
+        return [m for m in asked if m != own]
+    if not others or settings.engine != "vllm":
+        return []
+    ready = prepared_models(settings)
+    for name in MODELS:
+        if say and name != own and name not in ready:
+            print(
+                f"model {name} is not tried: `extractor model prepare --model {name}` lets tune measure it",
+                file=sys.stderr,
+            )
+    return [m for m in ready if m != own]
+
+
 def _cmd_tune(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -713,7 +739,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     ks = tuple(int(k) for k in args.k.split(","))
     options = tuning.candidates(task, ks=ks)
     cases = fitting.own_cases(task, lines=args.lines, folds=args.folds, seed=args.seed)
-    print(tuning.plan_text(task, options, lines=len(cases)), file=sys.stderr)
+    own = task.settings.model or extractor.settings.model
+    others = _models_to_try(extractor.settings, own, asked=args.try_model, others=args.try_others)
+    print(tuning.plan_text(task, options, lines=len(cases), models=others), file=sys.stderr)
 
     def shown(row: tuning.Row) -> None:
         m = row.metrics
@@ -733,7 +761,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
                 budget_s=args.budget,
                 concurrency=args.concurrency or extractor.settings.max_num_seqs,
                 on_row=shown,
-                models=args.try_model,
+                models=others,
             )
         finally:
             await extractor.aclose()
@@ -981,9 +1009,12 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument(
         "--try-model",
         action="append",
-        default=[],
         metavar="MODEL",
-        help="also try this packaged model (gemma3-270m) with the settings that won; repeatable",
+        help="also try this model with the settings that won; repeatable (default: every other packaged "
+        "model prepared here, e.g. gemma3-270m)",
+    )
+    tune.add_argument(
+        "--no-try-model", dest="try_others", action="store_false", help="measure the task's own model only"
     )
     tune.add_argument("--seed", type=int, default=0)
     tune.add_argument("--concurrency", type=int, help="requests at once (default: max-num-seqs)")

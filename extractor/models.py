@@ -115,6 +115,11 @@ def known_model(name: str) -> KnownModel:
         raise ConfigError(f"--model {name!r}: prepare knows {', '.join(sorted(MODELS))}") from None
 
 
+def prepared_models(settings: Settings) -> list[str]:
+    """The packaged models converted in ``settings.models_dir`` (``extractor model prepare``), by name."""
+    return [name for name, model in MODELS.items() if (settings.models_dir / model.dir_name / _DONE_MARKER).is_file()]
+
+
 def default_model_dir(settings: Settings) -> Path:
     """Where the converted default model lives."""
     return settings.models_dir / DEFAULT_DIR_NAME

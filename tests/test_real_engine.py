@@ -11,6 +11,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -20,6 +21,7 @@ import uvicorn
 from extractor import ExtractionFailed, ExtractionResult, Extractor
 from extractor.catalog.codegen import render_module
 from extractor.grounding import string_leaves
+from extractor.options import Options
 from extractor.server import create_app
 
 from .conftest import LANDMARK_TEXT
@@ -59,8 +61,19 @@ def test_landmark_and_snips_batched(real_extractor: Extractor, tmp_path: Path) -
         calls = [real_extractor.aextract(t, x) for t, x in jobs]
         # the same landmark sentence with every slot decoded as a span of the text (guidance enums)
         calls.append(real_extractor.aextract("landmark_slots", LANDMARK_TEXT, grounded_decoding=True))
-        # the seed's own example, greedy: the pool's nearest examples show a "...统治时期" period
-        calls.append(real_extractor.aextract("landmark_slots", LANDMARK_TEXT, temperature=0.0))
+        # the seed's own example, greedy, served as the seed served it (3 nearest pool examples, no hints):
+        # the nearest examples show a "...统治时期" period. As tuned (hints on: F1 0.625 against 0.594 on the
+        # pool, tuned/landmark_slots.json) the hint "country: 西班牙" is right, and the 135M model then
+        # writes it as the period too: that is the tuned row below, held only to validity.
+        served = real_extractor.task("landmark_slots")
+        assert served.settings.examples_from_pool is not None and served.settings.examples_from_pool.hints
+        seed_task = replace(
+            served,
+            settings=replace(
+                served.settings, examples_from_pool=replace(served.settings.examples_from_pool, hints=False)
+            ),
+        )
+        calls.append(real_extractor.arun(seed_task, LANDMARK_TEXT, options=Options(temperature=0.0)))
         # ~1,000 words, grounded while decoding by the substring grammar
         calls.append(real_extractor.aextract("snips_get_weather", THOUSAND_WORDS))
         # a text past the model window, split by the real tokenizer's count

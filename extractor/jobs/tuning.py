@@ -224,14 +224,26 @@ def write(root: Path, task: Task, rows: Sequence[Row], chosen: Row, *, lines: in
     return path
 
 
-def plan_text(task: Task, options: Sequence[Candidate], *, lines: int, seconds_per_line: float | None = None) -> str:
-    """What ``tune`` would measure, and about how long it would take (``seconds_per_line``: measured here)."""
-    runs = len(options) * lines
+def plan_text(
+    task: Task,
+    options: Sequence[Candidate],
+    *,
+    lines: int,
+    seconds_per_line: float | None = None,
+    models: Sequence[str] = (),
+) -> str:
+    """What ``tune`` would measure, and about how long it would take (``seconds_per_line``: measured here).
+
+    ``models``: other models tried last with the winning settings, a candidate each.
+    """
+    runs = (len(options) + len(models)) * lines
     if seconds_per_line is not None:
         took = f", about {runs * seconds_per_line / 60:.0f} min"
     else:
         took = f", about {runs * CPU_SECONDS_PER_LINE / 60:.0f} min on 2 CPU cores with the default model"
     return (
         f"`extractor tune {task.name}` would measure {len(options)} candidate settings "
-        f"({'; '.join(c.label for c in options)}) on {lines} pool lines held out in folds: {runs} extractions{took}"
+        f"({'; '.join(c.label for c in options)})"
+        + (f", then the winner on {', '.join(models)}" if models else "")
+        + f" on {lines} pool lines held out in folds: {runs} extractions{took}"
     )
