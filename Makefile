@@ -11,7 +11,7 @@ VLLM_EXTRA := $(if $(HAS_GPU),gpu,cpu)
 # Real-engine tests start vLLM once; on CPU it needs KV-cache space set in GiB.
 export VLLM_CPU_KVCACHE_SPACE ?= 2
 
-.PHONY: setup setup-browser setup-postgres setup-ocr setup-ray setup-router serve test test-fast lint fix docs docs-serve bench bench-quick clean
+.PHONY: setup setup-browser setup-postgres setup-ocr setup-ray setup-router serve test test-fast test-slow lint fix docs docs-serve bench bench-quick clean
 
 setup: $(STAMP)
 	@$(VENV)/bin/extractor model prepare
@@ -80,15 +80,27 @@ $(ROUTER):
 serve: setup setup-ocr
 	$(VENV)/bin/extractor serve
 
-# Both report the suite's time: the 25 slowest tests (setup and teardown apart: an engine fixture's start
-# shows as the setup of the first test that asks for it) and pytest's total on its last line.
+# Each reports the suite's time: the 25 slowest tests (setup and teardown apart: an engine fixture's start
+# shows as the setup of the first test that asks for it), pytest's total, and `make test` its own.
 DURATIONS := --durations=25 --durations-min=1
+# The tests without the engine run a file per worker (pytest-xdist; a file's module fixtures start once), at most
+# 4; the engine's tests then run in one process, on one engine for the session (vLLM uses every core itself).
+PARALLEL := -n auto --maxprocesses 4 --dist loadfile
+FAST := -m "not engine and not slow"
+ENGINE := -m "engine and not slow"
 
+# CI's command: everything but the few tests marked slow (`make test-slow`: a SIGKILL soak, a Ray node lost).
 test: setup setup-browser setup-postgres setup-ocr setup-ray setup-router
-	$(PY) -m pytest -q $(DURATIONS)
+	@started=$$(date +%s); \
+	$(PY) -m pytest -q $(DURATIONS) $(PARALLEL) $(FAST) && \
+	$(PY) -m pytest -q $(DURATIONS) $(ENGINE); status=$$?; \
+	echo "make test: $$(( $$(date +%s) - started )) s (exit $$status)"; exit $$status
 
 test-fast: setup setup-browser setup-postgres setup-ocr setup-ray setup-router
-	$(PY) -m pytest -q $(DURATIONS) -m "not engine and not slow"
+	$(PY) -m pytest -q $(DURATIONS) $(PARALLEL) $(FAST)
+
+test-slow: setup setup-browser setup-postgres setup-ocr setup-ray setup-router
+	$(PY) -m pytest -q $(DURATIONS) -m slow
 
 # Benchmarks start vLLM: one engine at a time on a shared machine (flock where available).
 ENGINE_LOCK := $(if $(shell command -v flock),flock /tmp/extractor-engine.lock)

@@ -770,8 +770,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         rows = asyncio.run(run())
     chosen = tuning.winner(rows)
     print(tuning.table(rows, chosen))
-    left = len(options) - len(rows)
-    if left:
+    left = len(options) + len(others) - len(rows)
+    if left > 0:
         print(f"\n{left} candidate(s) not measured within the budget of {args.budget:.0f} s", file=sys.stderr)
     if args.dry_run:
         print(f"\nchosen: {chosen.candidate.label} (dry run: nothing written)", file=sys.stderr)
