@@ -68,6 +68,7 @@ def main() -> None:
     parser.add_argument("--model", default="default", help="EXTRACTOR_MODEL for tune and eval")
     parser.add_argument("--no-tune", action="store_true", help="eval the task as imported (the defaults alone)")
     parser.add_argument("--label", default="")
+    parser.add_argument("--note", default="", help="a line the page prints under the run's table (how it ran)")
     parser.add_argument(
         "--shipped",
         nargs="+",
@@ -97,6 +98,8 @@ def main() -> None:
     keys = ("docs", "f1", "precision", "recall", "schema_valid_rate", "docs_per_s", "ungrounded_rate")
     record["eval"] = {"seconds": round(took, 1), **{k: report[k] for k in keys}}
     label = args.label or f"{args.task}-{args.model}-{'defaults' if args.no_tune else 'tuned'}"
+    if args.note:
+        record["note"] = args.note
     rows = json.loads(RAW.read_text()) if RAW.is_file() else {}
     rows[label] = record
     RAW.write_text(json.dumps(rows, indent=2, ensure_ascii=False) + "\n")
@@ -183,6 +186,7 @@ def render(rows: dict[str, Any]) -> str:
     for label, r in rows.items():
         if r.get("tune"):
             lines += ["", f"## `extractor tune` of {label}", "", r["tune"]["table"]]
+            lines += ["", r["note"]] if r.get("note") else []
     return "\n".join(lines) + "\n"
 
 

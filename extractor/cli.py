@@ -762,6 +762,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
                 concurrency=args.concurrency or extractor.settings.max_num_seqs,
                 on_row=shown,
                 models=others,
+                start=lambda served: extractor.engine_for(served).start(),
             )
         finally:
             await extractor.aclose()

@@ -145,7 +145,13 @@ async def test_another_model_is_tried_last_with_the_winning_settings(tmp_path: P
     task = catalog.get("trip")
     cases = fitting.own_cases(task, lines=4, folds=2)
     options = tuning.candidates(task, ks=(0,))[:2]
-    rows = await tuning.tune(extractor.arun, cases, options, models=["gemma3-270m"])
+    started: list[str | None] = []
+
+    async def start(served: Any) -> None:  # another model's engine is readied before its clock starts
+        started.append(served.settings.model)
+
+    rows = await tuning.tune(extractor.arun, cases, options, models=["gemma3-270m"], start=start)
+    assert started == [None, None, "gemma3-270m"]
     last = rows[-1].candidate
     assert len(rows) == 3 and last.settings["model"] == "gemma3-270m"
     assert last.label == f"{tuning.winner(rows[:2]).candidate.label}, model gemma3-270m"

@@ -19,13 +19,13 @@ import jinja2.meta
 
 from extractor.adapters.manifest import MANIFEST, AdapterError, check_task
 from extractor.catalog import calibration, limits, templating, tuned
-from extractor.catalog.checks import check_all
+from extractor.catalog.checks import Checked, check_all
 from extractor.catalog.settings import SETTINGS_KEY
 from extractor.catalog.task import Task, describe_fields
 from extractor.config import GrammarBackend
 from extractor.constraints import task_schema
 from extractor.errors import ConfigError, TaskError, UnknownTaskError
-from extractor.examples.pool import load_pool, summarize
+from extractor.examples.pool import ExamplePool, load_pool, summarize
 
 TASK_NAME = re.compile(r"^[a-z0-9_-]{1,64}$")
 PROMPT_SUFFIXES = (".j2", ".jinja", ".jinja2", ".md", ".txt")
@@ -98,8 +98,7 @@ def load_task(
     source = _read_schema(schema_path)
     layers = _tuned_layer(catalog_root, name) if root is not None else None
     checked = check_all(where, source, name, backend, layers=layers)
-    settings, examples, validator = checked.settings, checked.examples, checked.validator
-    schema, ungrounded, as_written = checked.prepared.schema, checked.ungrounded, checked.as_written
+    as_written = checked.as_written
     warnings = list(checked.warnings)
     prompt_path = _find_prompt(prompt_dir, name)
     limits.check_file(prompt_path, catalog_root)
@@ -120,27 +119,16 @@ def load_task(
         warnings += [f"{p} (line left out)" for p in summarize(pool.problems)]
         if not len(pool):
             warnings.append(f"{pool_path}: no usable line; the fixed examples are used")
-    task = Task(
-        name=name,
-        schema=schema,
+    task = _task(
+        name,
+        checked,
+        source,
         schema_path=schema_path,
         prompt_path=prompt_path,
         template=template,
-        settings=settings,
-        examples=examples,
-        fields=describe_fields(schema),
-        validator=validator,
-        ungrounded=ungrounded,
-        warnings=tuple(warnings),
-        engine_schema=checked.engine_schema,
-        answer_schema=checked.answer_schema,
-        typed=checked.typed,
-        values=checked.values,
-        pool=pool,
         instruction_only=instruction_only,
-        source_schema=source,
-        draft=checked.prepared.draft.name,
-        wrapped=checked.prepared.wrapped,
+        warnings=tuple(warnings),
+        pool=pool,
     )
     _check_renders(task)
     if root is not None:
@@ -159,30 +147,56 @@ def task_from_schema(name: str, schema: dict[str, Any], *, where: str, backend: 
     (``dataclasses.replace``). Raises :class:`TaskError` naming ``where`` and the JSON pointer.
     """
     checked = check_all(where, schema, name, backend)
-    decoded = checked.prepared.schema
-    task = Task(
-        name=name,
-        schema=decoded,
+    task = _task(
+        name,
+        checked,
+        schema,
         schema_path=Path(where),
         prompt_path=Path(where),
         template=_JINJA.from_string(_SCHEMA_ONLY_TEMPLATE),
+        instruction_only=True,
+        warnings=tuple(checked.warnings),
+    )
+    _check_renders(task)
+    return task
+
+
+def _task(
+    name: str,
+    checked: Checked,
+    source: dict[str, Any],
+    *,
+    schema_path: Path,
+    prompt_path: Path,
+    template: jinja2.Template,
+    instruction_only: bool,
+    warnings: tuple[str, ...],
+    pool: ExamplePool | None = None,
+) -> Task:
+    """The :class:`Task` of a checked schema (``source``: as written) and its prompt."""
+    schema = checked.prepared.schema
+    return Task(
+        name=name,
+        schema=schema,
+        schema_path=schema_path,
+        prompt_path=prompt_path,
+        template=template,
         settings=checked.settings,
         examples=checked.examples,
-        fields=describe_fields(decoded),
+        fields=describe_fields(schema),
         validator=checked.validator,
         ungrounded=checked.ungrounded,
-        warnings=checked.warnings,
+        warnings=warnings,
         engine_schema=checked.engine_schema,
         answer_schema=checked.answer_schema,
         typed=checked.typed,
         values=checked.values,
-        instruction_only=True,
-        source_schema=schema,
+        pool=pool,
+        instruction_only=instruction_only,
+        source_schema=source,
         draft=checked.prepared.draft.name,
         wrapped=checked.prepared.wrapped,
     )
-    _check_renders(task)
-    return task
 
 
 def _with_adapter(where: str, task: Task, root: Path) -> Task:

@@ -163,10 +163,12 @@ async def tune(
     concurrency: int = 64,
     on_row: Callable[[Row], None] | None = None,
     models: Sequence[str] = (),
+    start: Callable[[Task], Awaitable[None]] | None = None,
 ) -> list[Row]:
     """Measure ``options`` in order while the budget lasts (the first always); the rows measured.
 
     ``models``: other models to try last, each with the settings that won on the task's own model.
+    ``start``: readies what serves a candidate's task (another model's engine) before its clock starts.
     """
     rows: list[Row] = []
     started = time.perf_counter()
@@ -176,6 +178,8 @@ async def tune(
         if rows and budget_s is not None and spent + spent / len(rows) > budget_s:
             break  # the next one would not end within the budget
         candidate = queue.pop(0)
+        if start is not None and cases:
+            await start(candidate.apply(cases[0].task))
         row = await measure(extract, cases, candidate, concurrency=concurrency)
         rows.append(row)
         if on_row is not None:
