@@ -81,23 +81,18 @@ serve: setup setup-ocr
 	$(VENV)/bin/extractor serve
 
 # Each reports the suite's time: the 25 slowest tests (setup and teardown apart: an engine fixture's start
-# shows as the setup of the first test that asks for it), pytest's total, and `make test` its own.
+# shows as the setup of the first test that asks for it) and pytest's total on its last line.
 DURATIONS := --durations=25 --durations-min=1
-# The tests without the engine run a file per worker (pytest-xdist; a file's module fixtures start once), at most
-# 4; the engine's tests then run in one process, on one engine for the session (vLLM uses every core itself).
-PARALLEL := -n auto --maxprocesses 4 --dist loadfile
-FAST := -m "not engine and not slow"
-ENGINE := -m "engine and not slow"
+# pytest-xdist, at most 4 workers: every file with a real-engine test in one group, which one worker runs in
+# order on one engine for the session, and the other files a group each (tests/conftest.py), on the others.
+PARALLEL := -n auto --maxprocesses 4 --dist loadgroup
 
 # CI's command: everything but the few tests marked slow (`make test-slow`: a SIGKILL soak, a Ray node lost).
 test: setup setup-browser setup-postgres setup-ocr setup-ray setup-router
-	@started=$$(date +%s); \
-	$(PY) -m pytest -q $(DURATIONS) $(PARALLEL) $(FAST) && \
-	$(PY) -m pytest -q $(DURATIONS) $(ENGINE); status=$$?; \
-	echo "make test: $$(( $$(date +%s) - started )) s (exit $$status)"; exit $$status
+	$(PY) -m pytest -q $(DURATIONS) $(PARALLEL) -m "not slow"
 
 test-fast: setup setup-browser setup-postgres setup-ocr setup-ray setup-router
-	$(PY) -m pytest -q $(DURATIONS) $(PARALLEL) $(FAST)
+	$(PY) -m pytest -q $(DURATIONS) $(PARALLEL) -m "not engine and not slow"
 
 test-slow: setup setup-browser setup-postgres setup-ocr setup-ray setup-router
 	$(PY) -m pytest -q $(DURATIONS) -m slow

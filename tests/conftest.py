@@ -93,3 +93,26 @@ def database_url(request: pytest.FixtureRequest) -> str | None:
         return None
     running: Cluster = request.getfixturevalue("postgres")
     return running.url(running.create_database())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Groups for pytest-xdist's ``--dist loadgroup`` (``make test``).
+
+    The tests on the session's engine (``real_extractor``) in one group, so one worker starts it once and
+    runs them in order, with any file whose module fixture such a test shares; every other file a group
+    of its own, on whichever worker is free (tests that start an engine of their own among them).
+    """
+    on_session = [item for item in items if "real_extractor" in getattr(item, "fixturenames", ())]
+    shared = {item.path for item in on_session if _module_fixtures(item)}
+    engine = {item.nodeid for item in on_session}
+    for item in items:
+        together = item.nodeid in engine or item.path in shared
+        item.add_marker(pytest.mark.xdist_group("engine" if together else item.path.name))
+
+
+def _module_fixtures(item: pytest.Item) -> set[str]:
+    """The module-scoped fixtures ``item`` uses (a test's own, not conftest's session ones)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return set()
+    return {name for name, defs in info.name2fixturedefs.items() if defs and defs[-1].scope == "module"}
