@@ -218,7 +218,6 @@ async def engine_phase(out: Path, per_task: int, seed_per_task: int, parts: Sequ
         "switch_interval_s": sys.getswitchinterval(),
         "temperature": settings.temperature,
         "vllm_args": settings.engine_arguments,  # EXTRACTOR_VLLM_ARGS: the lever a run tried
-        "replicas": settings.engine_replicas,
         "concurrency": common.CONCURRENCY,
         "gpu_memory": gpu_memory(),
     }

@@ -113,7 +113,6 @@ async def measure(per_task: int) -> dict[str, Any]:
         "lines_per_task": per_task,
         "speculative_tokens": settings.speculative_tokens,
         "vllm_args": settings.engine_arguments,  # EXTRACTOR_VLLM_ARGS: the lever a run tried
-        "replicas": settings.engine_replicas,  # EXTRACTOR_ENGINE_REPLICAS: engines of the model on the GPU
     }
     engine = extractor.engine
     tasks = sorted({i.task for i in items})

@@ -34,7 +34,6 @@ _SETTING_HELP = {
     "model": "'default' (embedded SmolLM2-135M-Instruct), 'gemma3-270m' (Gemma 3 270M base, multilingual; "
     "`model prepare --model gemma3-270m` first) or a model directory",
     "grammar_backend": "guidance (default) or xgrammar",
-    "engine_replicas": "in-process vLLM engines of the model, each 1/N of the memory (default 1)",
     "vllm_args": "more vLLM engine arguments, a JSON object: '{\"max_num_batched_tokens\": 4096}'",
     "database_url": "the review queue's PostgreSQL (postgresql://user:password@host/db); default SQLite "
     "review.sqlite3 under --home; prefer EXTRACTOR_DATABASE_URL",

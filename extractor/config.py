@@ -91,10 +91,6 @@ class Settings:
     # on CUDA, where the front end keeps a core busy and starves the pipeline's thread of the GIL
     # (bench/results/gil_starvation.md); shared on CPU.
     engine_process: str = "auto"
-    # in-process vLLM engines of the model, each 1/N of the memory, each request to the one holding
-    # fewest: engine cores whose per-step CPU work runs side by side (extractor.engines.replicas).
-    # Not measured to pay yet: 1
-    engine_replicas: int = 1
     # CPU KV cache in GiB; None: the default (4), or less when the free memory cannot hold it
     kv_cache_space_gib: int | None = None
     # CPU only: the engine's processes run at this nice value (0-19; 0 leaves them as they are), so
@@ -191,8 +187,6 @@ class Settings:
             )
         if not 72 <= self.ocr_dpi <= 600:
             raise ConfigError(f"EXTRACTOR_OCR_DPI: from 72 to 600, got {self.ocr_dpi}")
-        if self.engine_replicas < 1:
-            raise ConfigError(f"EXTRACTOR_ENGINE_REPLICAS: 1 or more engines, got {self.engine_replicas}")
         if not 1 <= self.max_attempts <= MAX_ATTEMPTS_LIMIT:
             raise ConfigError(f"EXTRACTOR_MAX_ATTEMPTS: must be 1..{MAX_ATTEMPTS_LIMIT}, got {self.max_attempts}")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
@@ -223,11 +217,6 @@ class Settings:
         if self.engine == "remote" and not self.remote_base_urls:
             raise ConfigError(
                 "EXTRACTOR_REMOTE_URLS: engine 'remote' needs the base URL of an OpenAI-compatible server"
-            )
-        if self.engine == "remote" and self.engine_replicas > 1:
-            raise ConfigError(
-                "EXTRACTOR_ENGINE_REPLICAS: engines in this process; a remote engine's server scales itself "
-                "(`vllm serve --data-parallel-size N`, or several servers behind vllm-router)"
             )
         if len(self.remote_base_urls) > 1:
             raise ConfigError(

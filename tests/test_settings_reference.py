@@ -31,4 +31,4 @@ def test_what_a_user_sets_comes_first_and_the_rest_under_advanced_and_experiment
     assert 20 <= len(rows(first)) <= 35
     assert {"home", "model", "engine", "vllm_args", "api_keys"} <= set().union(*rows(first))
     assert {"dtype", "mask_threads", "header_timeout_s"} <= set().union(*rows(advanced))
-    assert set().union(*rows(experimental)) == {"engine_replicas", "speculative_tokens"}
+    assert set().union(*rows(experimental)) == {"speculative_tokens"}

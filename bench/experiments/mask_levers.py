@@ -65,7 +65,11 @@ FINDINGS = [
     "  **Off** (the default).",
     "- Not run (device time): replicas (`EXTRACTOR_ENGINE_REPLICAS=2`), a pool of 4 threads, P1 with a",
     "  lever. Four machine starts failed and one machine was taken back mid-call before these runs",
-    "  (about 12 of the 30 minutes).",
+    "  (about 12 of the 30 minutes). A second staging for replicas alone, later that day (runs 5-7: as",
+    "  shipped, two engines with a pool of 8 threads each, as shipped), got no machine: seven starts",
+    "  failed (631 s of device time), nothing ran. A lever stays only where a GPU run shows it paying",
+    "  (issue 52), so replicas left the product unmeasured; `extractor/engines/replicas.py` is in git",
+    "  history for a later run.",
     "- The as-shipped pair is also a fresh P5 reading: 0.84 / 0.88-0.93 one task at a time and 0.67-0.71 /",
     "  0.65 mixed (2026-12-04: 0.78 / 0.87 and 0.57 / 0.61). P5 ≥ 0.9 mixed is not met.",
 ]

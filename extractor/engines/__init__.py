@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 
 from extractor.engines.base import Engine, Generation, GenerationRequest, Message, StreamingEngine, stream_text
 from extractor.engines.scripted import ScriptedEngine
-from extractor.errors import ConfigError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -37,30 +36,15 @@ def create_engine(settings: Settings, adapters: Sequence[Path] = (), *, share: i
     other models share the machine with this one (tasks that name a model of their own).
     """
     if settings.engine == "scripted":
-        dry = [ScriptedEngine.echo_examples(delay_s=settings.scripted_delay_s) for _ in range(settings.engine_replicas)]
-        if len(dry) == 1:
-            return dry[0]
-        from extractor.engines.replicas import EngineReplicas
-
-        return EngineReplicas(dry)  # a dry run of the replicas' path
+        return ScriptedEngine.echo_examples(delay_s=settings.scripted_delay_s)
     if settings.engine == "remote":
         from extractor.engines.remote import RemoteEngine
 
         return RemoteEngine(settings)
-    if adapters and settings.engine_replicas > 1:
-        raise ConfigError(
-            f"EXTRACTOR_ENGINE_REPLICAS={settings.engine_replicas} with adapters served merged (an engine per "
-            "adapter): serve them through LoRA in each replica (EXTRACTOR_ADAPTER_SERVING=lora), not at all "
-            "(off), or run one engine (EXTRACTOR_ENGINE_REPLICAS=1)"
-        )
     if adapters:
         from extractor.engines.merged import MergedAdapters
 
         return MergedAdapters(settings, adapters, share=share)
-    if settings.engine_replicas > 1:
-        from extractor.engines.replicas import EngineReplicas
-
-        return EngineReplicas.of(settings)
     from extractor.engines.process import vllm_engine
 
     return vllm_engine(settings, share=share)
