@@ -98,13 +98,14 @@ def database_url(request: pytest.FixtureRequest) -> str | None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Groups for pytest-xdist's ``--dist loadgroup`` (``make test``).
 
-    The tests on the session's engine (``real_extractor``) in one group, so one worker starts it once and
-    runs them in order, with any file whose module fixture such a test shares; every other file a group
-    of its own, on whichever worker is free (tests that start an engine of their own among them).
+    Every test that starts or uses a real engine in one group, which one worker runs in order (one session
+    engine, and never two engine starts at once: each takes 5 GB and both cores), with any file whose
+    module fixture such a test shares (a trained adapter), so it is made once; every other file a group of
+    its own, on the other workers. Tests marked slow are left out of the reckoning (``make test-slow``).
     """
-    on_session = [item for item in items if "real_extractor" in getattr(item, "fixturenames", ())]
-    shared = {item.path for item in on_session if _module_fixtures(item)}
-    engine = {item.nodeid for item in on_session}
+    on_engine = [i for i in items if i.get_closest_marker("engine") and not i.get_closest_marker("slow")]
+    shared = {item.path for item in on_engine if _module_fixtures(item)}
+    engine = {item.nodeid for item in on_engine}
     for item in items:
         together = item.nodeid in engine or item.path in shared
         item.add_marker(pytest.mark.xdist_group("engine" if together else item.path.name))

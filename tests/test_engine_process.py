@@ -113,6 +113,7 @@ def test_an_answer_whose_tokens_come_back_reads_its_text_from_them_as_vllm_would
 
 
 @pytest.mark.engine
+@pytest.mark.slow  # an engine of its own with drafts (an experimental lever): make test-slow
 def test_vllm_in_its_own_process_with_drafts_answers_as_in_this_one(
     real_extractor: Extractor, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:

@@ -322,6 +322,7 @@ def test_sighup_reloads_without_a_watcher(tmp_path: Path) -> None:
 
 
 @pytest.mark.engine
+@pytest.mark.slow  # a service of its own waiting out a real engine's start: make test-slow
 def test_real_engine_landmark(browser: Any, tmp_path: Path) -> None:
     """The shipped catalog on the real engine: the page waits out the engine start, then the Chinese example."""
     shots = os.environ.get("EXTRACTOR_SCREENSHOT_DIR")

@@ -259,6 +259,7 @@ def test_cli_connects_to_a_cluster(cluster: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.engine
+@pytest.mark.slow  # a vLLM engine in a Ray actor (the scripted actors run in CI): make test-slow
 def test_real_engine_in_an_actor(cluster: str, tmp_path: Path) -> None:
     """vLLM runs inside the actor with its own executor (CPU refuses Ray's); one actor, a few rows."""
     source = write_jsonl(tmp_path / "in.jsonl", [{"id": i, "text": LANDMARK_TEXT} for i in range(4)])

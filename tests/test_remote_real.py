@@ -32,7 +32,9 @@ from .test_openai import serve
 from .test_real_engine import SNIPS, assert_grounded_and_valid
 from .test_server_process import free_port
 
-pytestmark = pytest.mark.engine
+# Two `vllm serve` behind vllm-router: slow (`make test-slow`); the remote engine's protocol is tested
+# against scripted servers in test_remote.py and test_adversarial_remote.py.
+pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
 LANDMARK_TEXT = "阿尔罕布拉宫是西班牙摩尔人统治时期的宫殿建筑。"
 
