@@ -83,16 +83,20 @@ serve: setup setup-ocr
 # Each reports the suite's time: the 25 slowest tests (setup and teardown apart: an engine fixture's start
 # shows as the setup of the first test that asks for it) and pytest's total on its last line.
 DURATIONS := --durations=25 --durations-min=1
-# pytest-xdist, at most 4 workers: every file with a real-engine test in one group, which one worker runs in
-# order on one engine for the session, and the other files a group each (tests/conftest.py), on the others.
-PARALLEL := -n auto --maxprocesses 4 --dist loadgroup
+# The tests without the engine a file per pytest-xdist worker (at most 4), then the real engine's in one process,
+# in order, on one engine for the session: two engines starting at once beside Ray or Chromium run out of memory.
+PARALLEL := -n auto --maxprocesses 4 --dist loadfile
+FAST := -m "not engine and not slow"
 
-# CI's command: everything but the few tests marked slow (`make test-slow`: a SIGKILL soak, a Ray node lost).
+# CI's command: everything but the few tests marked slow (`make test-slow`), and the suite's time at the end.
 test: setup setup-browser setup-postgres setup-ocr setup-ray setup-router
-	$(PY) -m pytest -q $(DURATIONS) $(PARALLEL) -m "not slow"
+	@started=$$(date +%s); \
+	$(PY) -m pytest -q $(DURATIONS) $(PARALLEL) $(FAST) && \
+	$(PY) -m pytest -q $(DURATIONS) -m "engine and not slow"; status=$$?; \
+	echo "make test: $$(( $$(date +%s) - started )) s, both runs (exit $$status)"; exit $$status
 
 test-fast: setup setup-browser setup-postgres setup-ocr setup-ray setup-router
-	$(PY) -m pytest -q $(DURATIONS) $(PARALLEL) -m "not engine and not slow"
+	$(PY) -m pytest -q $(DURATIONS) $(PARALLEL) $(FAST)
 
 test-slow: setup setup-browser setup-postgres setup-ocr setup-ray setup-router
 	$(PY) -m pytest -q $(DURATIONS) -m slow

@@ -95,20 +95,18 @@ def database_url(request: pytest.FixtureRequest) -> str | None:
     return running.url(running.create_database())
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects: the marker added here counts
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Groups for pytest-xdist's ``--dist loadgroup`` (``make test``).
+    """A test that shares a module fixture with a real-engine test is marked ``engine`` with it.
 
-    Every test that starts or uses a real engine in one group, which one worker runs in order (one session
-    engine, and never two engine starts at once: each takes 5 GB and both cores), with any file whose
-    module fixture such a test shares (a trained adapter), so it is made once; every other file a group of
-    its own, on the other workers. Tests marked slow are left out of the reckoning (``make test-slow``).
+    ``make test`` runs the tests without the engine first, a file per xdist worker, then the engine's in
+    one process: a module fixture both use (the adapter ``test_training.py`` trains) is then made once.
     """
     on_engine = [i for i in items if i.get_closest_marker("engine") and not i.get_closest_marker("slow")]
-    shared = {item.path for item in on_engine if _module_fixtures(item)}
-    engine = {item.nodeid for item in on_engine}
+    shared = {(item.path, name) for item in on_engine for name in _module_fixtures(item)}
     for item in items:
-        together = item.nodeid in engine or item.path in shared
-        item.add_marker(pytest.mark.xdist_group("engine" if together else item.path.name))
+        if not item.get_closest_marker("engine") and any((item.path, n) in shared for n in _module_fixtures(item)):
+            item.add_marker(pytest.mark.engine)
 
 
 def _module_fixtures(item: pytest.Item) -> set[str]:
