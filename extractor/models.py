@@ -117,7 +117,12 @@ def known_model(name: str) -> KnownModel:
 
 def prepared_models(settings: Settings) -> list[str]:
     """The packaged models converted in ``settings.models_dir`` (``extractor model prepare``), by name."""
-    return [name for name, model in MODELS.items() if (settings.models_dir / model.dir_name / _DONE_MARKER).is_file()]
+    return [name for name, model in MODELS.items() if _prepared(settings.models_dir / model.dir_name)]
+
+
+def _prepared(path: Path) -> bool:
+    """Whether ``path`` holds a finished conversion (``prepare_model`` writes its marker last)."""
+    return (path / _DONE_MARKER).is_file()
 
 
 def default_model_dir(settings: Settings) -> Path:
@@ -129,7 +134,7 @@ def resolve_model_dir(settings: Settings) -> Path:
     """The model directory the engine should load; explains how to fix it when missing."""
     if settings.model in MODELS:
         path = settings.models_dir / MODELS[settings.model].dir_name
-        if not (path / _DONE_MARKER).is_file():
+        if not _prepared(path):
             flag = "" if settings.model == DEFAULT_MODEL else f" --model {settings.model}"
             which = "the default model" if settings.model == DEFAULT_MODEL else f"model {settings.model}"
             raise ModelNotPreparedError(
@@ -164,7 +169,7 @@ def prepare_model(settings: Settings, *, force: bool = False) -> Path:
     """Convert ``settings.model``'s GGUF into a directory vLLM loads. A no-op when already done."""
     model = known_model(settings.model)
     target = settings.models_dir / model.dir_name
-    if (target / _DONE_MARKER).is_file() and not force:
+    if _prepared(target) and not force:
         repair_byte_level_tokenizer(target / "tokenizer.json")  # a model converted before the repair existed
         return target
     install_packages(model)
