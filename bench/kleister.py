@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import RESULTS, save
-from extractor import Catalog, Extractor, Settings, documents
+from extractor import Catalog, Extractor, Settings, documents, stages
 from extractor.errors import ExtractorError
 from extractor.examples.importing import import_gold, write_pool
 from extractor.pipeline import Options
@@ -83,20 +83,58 @@ def gold_position(text: str, key: str, value: Any) -> float | None:
     return at / max(1, len(text)) if at >= 0 else None
 
 
-def catalog_root(documents_: int, into: Path) -> Path:
-    """The task as shipped, with a pool of the first ``documents_`` train documents (0: none).
+# A newcomer's task (issue 56): the four fields with descriptions from Kleister's README, no options.
+NEWCOMER_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "Non-disclosure agreement",
+    "type": "object",
+    "properties": {
+        "party": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "the parties of the agreement (usually two or more)",
+        },
+        "effective_date": {
+            "type": ["string", "null"],
+            "format": "date",
+            "description": "the date the agreement takes effect",
+        },
+        "jurisdiction": {"type": ["string", "null"], "description": "the governing law's state or country"},
+        "term": {
+            "type": ["string", "null"],
+            "format": "duration",
+            "description": "how long the agreement lasts, in the document's own unit",
+        },
+    },
+    "required": ["party", "effective_date", "jurisdiction", "term"],
+}
+
+
+def catalog_root(documents_: int, into: Path, *, newcomer: bool = False, sources: bool = True) -> Path:
+    """The task as shipped (or a newcomer's), with a pool of the first ``documents_`` train documents (0: none).
 
     The pool is built as an analyst would (``extractor examples import`` of labelled PDFs) into a
-    temporary catalog: research data never lands in the project.
+    temporary catalog: research data never lands in the project. ``sources=False`` writes the pool
+    as imports did before pools remembered their documents (nothing learned from them).
     """
-    if not documents_:
+    if not documents_ and not newcomer:
         return TASK_ROOT
-    shutil.copytree(TASK_ROOT, into, dirs_exist_ok=True)
+    if newcomer:
+        (into / "schemas").mkdir(parents=True, exist_ok=True)
+        (into / "prompts").mkdir(parents=True, exist_ok=True)
+        (into / "schemas" / "nda.json").write_text(json.dumps(NEWCOMER_SCHEMA, indent=2))
+        (into / "prompts" / "nda.j2").write_text("Extract the key facts of this non-disclosure agreement.\n")
+    else:
+        shutil.copytree(TASK_ROOT, into, dirs_exist_ok=True)
+    if not documents_:
+        return into
     gold = into / "train.jsonl"
     lines = (DATA / "train.jsonl").read_text().splitlines()[:documents_]
     gold.write_text("\n".join(json.dumps({**json.loads(x), "file": str(DATA / json.loads(x)["file"])}) for x in lines))
     task = Catalog.load(into).get("nda")
     pool, report = import_gold(gold, task)
+    if not sources:
+        pool = [{k: v for k, v in line.items() if k != "source"} for line in pool]
     write_pool(into / "examples" / "nda.jsonl", pool)
     print(report.text().splitlines()[-1] if report.documents else report.text())
     return into
@@ -106,7 +144,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     lines = [json.loads(line) for line in (DATA / f"{args.split}.jsonl").read_text().splitlines() if line.strip()]
     lines = [line for line in lines if line["id"] in args.id] if args.id else lines
     lines = lines[: args.limit] if args.limit else lines
-    root = catalog_root(args.pool, Path(tempfile.mkdtemp(prefix="kleister-")))
+    into = Path(tempfile.mkdtemp(prefix="kleister-"))
+    root = catalog_root(args.pool, into, newcomer=args.newcomer, sources=not args.forget_sources)
     settings = Settings.from_env(engine=args.engine, tasks_dir=root)
     catalog = Catalog.load(root)
     extractor = Extractor(settings=settings, catalog=catalog)
@@ -115,6 +154,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     ready = time.perf_counter() - started
     options = Options(chunk=True)
     task = catalog.tasks["nda"]
+    by_field = bool(task.settings.chunking and task.settings.chunking.by_field)
+    print(f"nda: reading by field {by_field}, learned {dict(task.reading)}")
     if args.mode == "merge":  # the whole answer per chunk, merged (the path before passages by field)
         from dataclasses import replace
 
@@ -126,10 +167,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     async def one(line: dict[str, Any]) -> None:
         async with gate:
             t0 = time.perf_counter()
+            started = time.perf_counter()
             document = documents.read((DATA / line["file"]).read_bytes(), media_type="application/pdf")
+            converted = time.perf_counter() - started
             record: dict[str, Any] = {"id": line["id"], "pages": len(document.pages), "chars": len(document.text)}
             try:
-                result = await extractor.aextract_document(task, document, options=options)
+                with stages.measuring() as clock:
+                    result = await extractor.aextract_document(task, document, options=options)
+                record["stages"] = {"conversion": round(converted, 3), **clock.rounded()}
                 record["data"] = result.data
                 record["attempts"] = len(result.attempts)
                 record["notes"] = len(result.notes)
@@ -155,8 +200,44 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     await asyncio.gather(*(one(line) for line in lines))
     elapsed = time.perf_counter() - t0
+    files = [DATA / line["file"] for line in lines]
+    raw_s = await raw_reading(extractor, files, args.concurrency) if args.raw else None
     await extractor.aclose()
-    return summarize(records, elapsed=elapsed, ready=ready, args=args)
+    summary = summarize(records, elapsed=elapsed, ready=ready, args=args)
+    if raw_s is not None:
+        summary["raw_vllm_s"] = round(raw_s, 1)
+        summary["extractor_s"] = round(elapsed, 1)
+        summary["extractor_over_raw"] = round(elapsed / raw_s, 2)
+    return summary
+
+
+async def raw_reading(extractor: Extractor, files: list[Path], concurrency: int) -> float:
+    """Seconds for the bare engine to read each document once: one prompt a document, cut to the window.
+
+    The baseline of issue 58: the same engine and model, the same documents converted the same way
+    (conversion not timed), an unconstrained answer of the default length; what extractor's
+    pipeline costs is measured against it.
+    """
+    from extractor.engines.base import GenerationRequest, Message
+
+    engine = extractor.engine
+    gate = asyncio.Semaphore(concurrency)
+    ask = "Extract the parties, the effective date, the governing law and the term of this agreement as JSON.\n\n"
+    room = engine.max_model_len - 256 - 64
+
+    texts = [documents.read(path.read_bytes(), media_type="application/pdf").text for path in files]
+
+    async def one(text: str) -> None:
+        async with gate:
+            messages: list[Message] = [{"role": "user", "content": ask + text}]
+            while engine.count_prompt_tokens(messages) > room:  # cut to the window, as a bare server would need
+                text = text[: int(len(text) * 0.8)]
+                messages = [{"role": "user", "content": ask + text}]
+            await engine.generate(GenerationRequest(messages=messages, temperature=0.0, max_tokens=256))
+
+    started = time.perf_counter()  # conversion apart: the baseline is the engine's reading alone
+    await asyncio.gather(*(one(t) for t in texts))
+    return time.perf_counter() - started
 
 
 def summarize(
@@ -188,6 +269,7 @@ def summarize(
                 if hit:
                     by_position[f"{key} @ {bucket}"]["found"] += 1
     pages = sum(r["pages"] for r in records)
+    summed_stages = stages.total([r.get("stages", {}) for r in records])
     typed = [(r, key) for r in records for key in ("effective_date", "term") if (r.get("data") or {}).get(key)]
     evidenced = [(r, k) for r, k in typed if (r.get("evidence") or {}).get(f"/{k}", {}).get("boxes")]
     return {
@@ -195,6 +277,10 @@ def summarize(
         "split": args.split,
         "mode": args.mode,
         "pool_documents": args.pool,
+        "task": "newcomer" if getattr(args, "newcomer", False) else "expert",
+        "learned_reading": not getattr(args, "forget_sources", False),
+        "attempts_per_doc": round(sum(r.get("attempts", 0) for r in records) / max(1, len(records)), 2),
+        "stages_s_per_doc": {k: round(v / max(1, len(records)), 3) for k, v in summed_stages.items()},
         "documents": len(records),
         "failed": sum(1 for r in records if "error" in r),
         "errors": Counter(r["error"].split(":")[0] for r in records if "error" in r),
@@ -228,6 +314,18 @@ def render(runs: dict[str, Any]) -> str:
             + f" | {run_['docs_per_s']} | {run_['pages_per_s']} | "
             + f"{run_.get('typed_with_page_and_boxes', 0)} of {run_.get('typed_values', 0)} |"
         )
+    timed = {label: run_ for label, run_ in runs.items() if run_.get("stages_s_per_doc")}
+    if timed:
+        names = list(stages.STAGES)
+        rows += ["", "Seconds a document by stage (`extractor.stages`; engine waits overlap), and attempts:", ""]
+        rows += ["| run | task | " + " | ".join(names) + " | attempts |", "|---|---|" + "---|" * (len(names) + 1)]
+        for label, run_ in timed.items():
+            per = run_["stages_s_per_doc"]
+            rows.append(
+                f"| {label} | {run_.get('task', 'expert')} | "
+                + " | ".join(str(per.get(n, "")) for n in names)
+                + f" | {run_.get('attempts_per_doc', '')} |"
+            )
     positions = ["", "Recall by where the gold value sits in the document (share of the text):", ""]
     positions += ["| run | field @ position | gold | found |", "|---|---|---|---|"]
     for label, run_ in runs.items():
@@ -256,6 +354,11 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4, help="documents in flight")
     parser.add_argument("--id", action="append", default=[], help="only this document (file name; repeatable)")
     parser.add_argument("--pool", type=int, default=0, help="train documents imported into the pool (0: none)")
+    parser.add_argument("--newcomer", action="store_true", help="a newcomer's task: the fields' descriptions only")
+    parser.add_argument("--raw", action="store_true", help="then the bare engine reading each document once (issue 58)")
+    parser.add_argument(
+        "--forget-sources", action="store_true", help="the pool without its documents' sources (nothing learned)"
+    )
     parser.add_argument("--rescore", help="score the saved records of this run again (no engine): the format changed")
     args = parser.parse_args()
     if args.rescore:

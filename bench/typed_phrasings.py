@@ -2,6 +2,9 @@
 
     python -m bench.typed_phrasings          # the default model on vLLM; ~2-4 min on 2 cores
 
+Also the issue-57 sentences: a three-field lease task (date, duration, number) on an English and a
+Chinese sentence, with the attempts each took.
+
 Each phrasing is put in a short sentence and extracted by a one-field task whose field has the
 phrasing's type: the model copies the evidence (grounded decoding), the service types it. A row
 passes when ``data`` holds the table's value and the span's evidence is exactly where the text
@@ -19,7 +22,7 @@ from typing import Any
 from bench.common import RESULTS
 from extractor import Extractor, Settings
 from extractor.catalog.tasks import task_from_schema
-from extractor.errors import ExtractorError
+from extractor.errors import ExtractionFailed, ExtractorError
 from extractor.pipeline import Options
 from tests.test_values import PHRASINGS, REFERENCE
 
@@ -57,6 +60,47 @@ def schema(kind: str, settings: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# The issue's two sentences (57), read by a three-field task as a new user would write it.
+LEASE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "start_date": {"type": ["string", "null"], "format": "date", "description": "when the lease starts"},
+        "term": {"type": ["string", "null"], "format": "duration", "description": "how long the lease runs"},
+        "price": {"type": ["number", "null"], "description": "the price"},
+    },
+    "required": ["start_date", "term", "price"],
+}
+SENTENCES = [
+    (
+        "The lease starts on May 20, 2014, runs for two (2) years and costs 1,200 dollars a month.",
+        {"start_date": "2014-05-20", "term": "P2Y", "price": 1200},
+        {"start_date": "May 20, 2014"},
+    ),
+    (
+        "本合同自2014年5月20日起生效，有效期三年，价格为1200元。",
+        {"start_date": "2014-05-20", "term": "P3Y", "price": 1200},
+        {"start_date": "2014年5月20日"},
+    ),
+]
+
+
+async def sentences(extractor: Extractor) -> list[str]:
+    """The lease task on the issue's two sentences: data, evidence and attempts."""
+    task = task_from_schema("lease", LEASE_SCHEMA, where="bench")
+    lines = ["| sentence | data | evidence | attempts | right |", "|---|---|---|---|---|"]
+    for text, expected, words in SENTENCES:
+        try:
+            result = await extractor.arun(task, text, options=Options(reference_date=REFERENCE))
+            shown = {s.path.lstrip("/"): text[s.start : s.end] for s in result.spans if s.start is not None}
+            right = result.data == expected and all(shown.get(k) == v for k, v in words.items())
+            data, attempts = json.dumps(result.data, ensure_ascii=False), len(result.attempts)
+        except ExtractorError as error:
+            shown, right, data, attempts = {}, False, str(error)[:100], -1
+        evidence = json.dumps(shown, ensure_ascii=False)
+        lines.append(f"| {text} | {data} | {evidence} | {attempts} | {'yes' if right else 'no'} |")
+    return lines
+
+
 async def main() -> None:
     extractor = Extractor(settings=Settings.from_env(engine="vllm"))
     await extractor.astart()
@@ -73,22 +117,31 @@ async def main() -> None:
             row["span"] = text[span.start : span.end] if span and span.start is not None else None
             row["ok"] = row["value"] == expected and span is not None and span.status == "exact"
             row["exact_words"] = row["span"] == evidence
+            row["attempts"] = len(result.attempts)
+        except ExtractionFailed as error:
+            row.update(ok=False, error=str(error)[:120], attempts=len(error.attempts))
         except ExtractorError as error:
-            row.update(ok=False, error=str(error)[:120])
+            row.update(ok=False, error=str(error)[:120], attempts=0)
         rows.append(row)
 
     started = time.perf_counter()
     await asyncio.gather(*(one(*p) for p in PHRASINGS))
     elapsed = time.perf_counter() - started
+    lease = await sentences(extractor)
     await extractor.aclose()
     passed = sum(r["ok"] for r in rows)
+    attempts = sum(r["attempts"] for r in rows) / len(rows)
     lines = [
         "# Typed values end to end (real engine)",
         "",
         f"`python -m bench.typed_phrasings`, {dt.date.today().isoformat()}, SmolLM2-135M-Instruct on vLLM (CPU), "
         f"reference date {REFERENCE.isoformat()}: **{passed} of {len(rows)}** phrasings typed right with an exact "
-        f"evidence span ({elapsed:.0f} s for all). Each phrasing sits in a short sentence; a one-field task of its "
-        "type reads it.",
+        f"evidence span ({elapsed:.0f} s for all), {attempts:.2f} attempts a phrasing. Each phrasing sits in a "
+        "short sentence; a one-field task of its type reads it.",
+        "",
+        "The issue's two sentences, a three-field task (a date, a duration, a number):",
+        "",
+        *lease,
         "",
         "| kind | evidence in the text | expected | data | evidence span | ok |",
         "|---|---|---|---|---|---|",
@@ -100,7 +153,8 @@ async def main() -> None:
             f"{r.get('span')} | {'yes' if r['ok'] else 'no'} |"
         )
     (RESULTS / "typed_phrasings.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    print(f"{passed}/{len(rows)} in {elapsed:.0f} s")
+    print(f"{passed}/{len(rows)} in {elapsed:.0f} s, {attempts:.2f} attempts a phrasing")
+    print("\n".join(lease))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from extractor.engines.base import GenerationRequest
 from extractor.errors import ExtractionFailed, ExtractorError
 from extractor.options import OptionArgs, Options, checked
 from extractor.results import ExtractionResult
+from extractor.stages import stage
 from extractor.typed import TypedModel
 
 M = TypeVar("M", bound=BaseModel)
@@ -254,9 +255,14 @@ class Extractor:
         if isinstance(source, Document):
             document = source
         else:
-            document = await asyncio.to_thread(
-                self.read_document, source, media_type=media_type, name=name, ocr_languages=spec.settings.ocr_languages
-            )
+            with stage("conversion"):
+                document = await asyncio.to_thread(
+                    self.read_document,
+                    source,
+                    media_type=media_type,
+                    name=name,
+                    ocr_languages=spec.settings.ocr_languages,
+                )
         result = await self.arun(spec, document.text, options=options)
         return attach(result, document)
 

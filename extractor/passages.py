@@ -37,6 +37,7 @@ from extractor.examples.lexicon import Lexicon
 from extractor.examples.pool import Example, ExamplePool
 from extractor.examples.selection import Selector
 from extractor.grounding import UNGROUNDED, Span
+from extractor.stages import stage
 
 DEFAULT_PASSAGES = 2
 PLACES = ("start", "end", "query")  # where ``x-extractor.from`` reads a field's passages
@@ -62,8 +63,9 @@ def field_queries(task: Task) -> list[FieldQuery]:
     """Every top-level field of ``task`` with its query (``x-extractor.query``, else its words)."""
     found: list[FieldQuery] = []
     for name, node in (task.schema.get("properties") or {}).items():
-        own = node.get(SETTINGS_KEY) if isinstance(node, Mapping) else None
-        own = own if isinstance(own, Mapping) else {}
+        written = node.get(SETTINGS_KEY) if isinstance(node, Mapping) else None
+        # What the analyst wrote wins over what the pool's documents taught (Task.reading).
+        own = {**task.reading.get(name, {}), **(written if isinstance(written, Mapping) else {})}
         words = [str(own.get("query") or ""), str(node.get("title") or ""), str(node.get("description") or ""), name]
         query = str(own["query"]) if own.get("query") else " ".join(w for w in words if w)
         found.append(
@@ -103,13 +105,19 @@ def rank(passages: Sequence[str], query: str, k: int) -> list[int]:
     """Indices of the ``k`` passages BM25 scores highest for ``query`` (earlier passages win ties)."""
     if len(passages) <= k or not query.strip():
         return list(range(min(k, len(passages))))
-    return Selector(list(passages)).nearest(query, k, diverse=False)
+    return _index(tuple(passages)).nearest(query, k, diverse=False)
+
+
+@functools.lru_cache(maxsize=16)
+def _index(passages: tuple[str, ...]) -> Selector:
+    # One BM25 index per document's passages, shared by its fields (each field ranks them once).
+    return Selector(list(passages))
 
 
 @functools.lru_cache(maxsize=512)
 def field_task(task: Task, name: str) -> Task:
     """``task`` narrowed to one top-level field: its schema, prompt and examples hold that field only."""
-    node = _expected(task.schema["properties"][name])
+    node = _expected(task.schema["properties"][name], task.reading.get(name, {}))
     source: dict[str, Any] = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "type": "object",
@@ -149,10 +157,14 @@ def field_task(task: Task, name: str) -> Task:
     )
 
 
-def _expected(node: Any) -> Any:
-    """A field marked ``"expect": true`` (its passages do state it) asked for a value: no null, no empty list."""
-    own = node.get(SETTINGS_KEY) if isinstance(node, Mapping) else None
-    if not isinstance(own, Mapping) or own.get("expect") is not True:
+def _expected(node: Any, learned: Mapping[str, Any]) -> Any:
+    """A field marked ``"expect": true`` (its passages do state it) asked for a value: no null, no empty list.
+
+    ``learned``: the field's options learned from the pool's documents, under its own.
+    """
+    written = node.get(SETTINGS_KEY) if isinstance(node, Mapping) else None
+    own = {**learned, **(written if isinstance(written, Mapping) else {})}
+    if not isinstance(node, Mapping) or own.get("expect") is not True:
         return node
     asked = dict(node)
     types = asked.get("type")
@@ -218,9 +230,10 @@ async def read_by_field(
     jobs: list[tuple[FieldQuery, int, int]] = []
     texts = [c.text for c in passages]
     queries = field_queries(task)
-    for query in queries:
-        for position, index in enumerate(choose(query, texts)):
-            jobs.append((query, index, position))
+    with stage("ranking"):
+        for query in queries:
+            for position, index in enumerate(choose(query, texts)):
+                jobs.append((query, index, position))
     outcomes = await asyncio.gather(
         *(extract(field_task(task, q.name), passages[i], i) for q, i, _ in jobs), return_exceptions=True
     )
@@ -248,11 +261,12 @@ async def read_by_field(
     data: dict[str, Any] = {}
     spans: list[Span] = []
     confidences: dict[str, float] = {}
-    for query in queries:
-        value, kept = _merge(query, answers.get(query.name, []))
-        data[query.name] = value
-        spans += kept
-        confidences.update({s.path: s.confidence for s in kept if s.confidence is not None})
+    with stage("merging"):
+        for query in queries:
+            value, kept = _merge(query, answers.get(query.name, []))
+            data[query.name] = value
+            spans += kept
+            confidences.update({s.path: s.confidence for s in kept if s.confidence is not None})
     return data, spans, attempts, notes, confidences
 
 

@@ -33,9 +33,10 @@ from extractor.options import Options
 from extractor.parsing import Parsed, parse, parse_and_validate, validate
 from extractor.results import Attempt, ChunkModel, ExtractionResult, SpanModel, Usage
 from extractor.review import agreement, confidence
-from extractor.schema import escape, join, unescape
+from extractor.schema import escape, join, node_at, unescape
+from extractor.stages import stage
 from extractor.typed import TypedModel, build_value
-from extractor.values import evidence
+from extractor.values import phrases
 
 # Room kept in each chunk's window for a re-ask: the previous answer and the feedback lines.
 FEEDBACK_RESERVE_TOKENS = 128
@@ -43,6 +44,13 @@ MIN_CHUNK_CHARS = 32
 # A re-ask whose previous answer does not fit the window carries each problem up to this long.
 MAX_FEEDBACK_CHARS = 300
 DEFAULT_OVERLAP_CHARS = 200
+# What a re-ask adds when the answer repeated the last one word for word (its prompt then differs from the last).
+REPEATED = (
+    "attempt {number} repeated attempt {last} word for word, with the same errors: "
+    "write a different answer where the errors point"
+)
+# A re-ask names at most this many of the text's phrases for a typed value that could not be read.
+MAX_HINTED_PHRASES = 8
 
 
 @dataclass(frozen=True)
@@ -173,7 +181,8 @@ async def run(
     task = served(task, settings)
     p, clamped = fitted(task, text, plan(task, options or Options(), settings), engine)
     started = time.perf_counter()
-    pieces = split_for(task, text, p, engine) if p.chunking is not None else None
+    with stage("splitting"):
+        pieces = split_for(task, text, p, engine) if p.chunking is not None else None
     if pieces is None:
         extracted = await extract_text(task, text, p, engine)
     elif p.chunking is not None and p.chunking.by_field:
@@ -208,20 +217,20 @@ async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk:
     """The attempt loop on one text (a whole document or one chunk; ``chunk`` tags its attempts)."""
     constrained = None
     decoded = task.answer_schema
+    # Each typed field's evidence is held to the text's phrases of its kind; refused evidence leaves them.
+    lookup = phrases.Lookup(text, task.values, _context(task, p)) if task.values else None
     if p.grounded_decoding is not False:
-        constrained = grounded_decoding.constrain(
-            decoded,
-            text,
-            everywhere=p.grounded_decoding is True,
-            max_words=p.grounded_max_words,
-            clauses=p.grounded_clauses,
-            grammar=p.substring_grammar,
-        )
-    grammar = constrained.grammar if constrained is not None else None
-    json_schema = None if grammar is not None else task.engine_schema
-    if constrained is not None and constrained.schema is not None:
-        json_schema = constrained.schema
-    fields = constrained.fields if constrained is not None else ()
+        with stage("grammar"):
+            constrained = grounded_decoding.constrain(
+                decoded,
+                text,
+                everywhere=p.grounded_decoding is True,
+                max_words=p.grounded_max_words,
+                clauses=p.grounded_clauses,
+                grammar=p.substring_grammar,
+                phrases=lookup,
+            )
+    grammar, json_schema, fields = _decoding(task, constrained)
     attempts: list[Attempt] = []
     feedback: list[str] = []
     previous: str | None = None
@@ -232,8 +241,10 @@ async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk:
     notes: list[str] = []
     budget, cut = p.max_tokens, False
     for number in range(1, p.max_attempts + 1):
-        messages = render(task, text, feedback=feedback, previous=previous)
-        prompt_tokens = engine.count_prompt_tokens(messages)
+        with stage("rendering"):
+            messages = render(task, text, feedback=feedback, previous=previous)
+        with stage("tokenizing"):
+            prompt_tokens = engine.count_prompt_tokens(messages)
         if number > 1 and prompt_tokens + (2 * budget if cut else budget) > engine.max_model_len:
             # A huge (or cut) previous answer must not crowd the text out of the window: re-ask without it.
             clipped = [e if len(e) <= MAX_FEEDBACK_CHARS else e[:MAX_FEEDBACK_CHARS] + "…" for e in feedback]
@@ -264,8 +275,10 @@ async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk:
             logprobs=p.confidences,
         )
         t0 = time.perf_counter()
-        generation = await engine.generate(request)
-        answer = read_answer(task, generation.text, p, text=text)
+        with stage("engine"):
+            generation = await engine.generate(request)
+        with stage("reading"):
+            answer = read_answer(task, generation.text, p, text=text)
         parsed = answer.parsed
         errors = [*parsed.errors, *answer.problems.values()]
         notes = answer.notes
@@ -278,9 +291,15 @@ async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk:
                 text,
                 everywhere=p.grounded_decoding is True,
                 why=f"the substring grammar ended attempt {number} early ({generation.text[-40:]!r})",
+                phrases=lookup,
             )
             grammar, json_schema = None, constrained.schema or task.engine_schema
             fields = constrained.fields
+        elif constrained is not None and lookup is not None and _refuse(task, lookup, answer):
+            # The next attempt must not be the same request: the refused evidence leaves its field's phrases.
+            with stage("grammar"):
+                constrained = _reconstrained(decoded, text, p, constrained, lookup)
+            grammar, json_schema, fields = _decoding(task, constrained)
         cut = generation.finish_reason == "length"
         if cut:
             # Never a result: json-repair would close it, but its last value may be cut short too.
@@ -310,7 +329,11 @@ async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk:
         if parsed.ok and not cut:
             last_value, last_scores, last_problems = parsed.value, scored, answer.problems
             last_spans = spans if spans or p.grounding == "off" else answer.spans(text, task.ungrounded)
-        feedback, previous = errors, generation.text
+        hints = _phrase_hints(task, lookup, answer)
+        if generation.text == previous:
+            # The same answer to the same feedback: a re-ask that says only that again would get it again.
+            hints.append(REPEATED.format(number=number, last=number - 1))
+        feedback, previous = [*errors, *hints], generation.text
     if last_value is not None:
         # Valid but for typed values whose evidence could not be read (nulled, with a note) and, under
         # strict grounding, values not in the text as written (dropped): keep the rest if still valid.
@@ -355,7 +378,8 @@ def read_answer(task: Task, raw: str, p: Plan, *, text: str = "") -> Answer:
     """Parse (repairing), type the value fields from their evidence, validate against the task schema.
 
     Evidence the model cut short ("2014" of "May 20, 2014") is widened to the phrase of ``text`` that
-    holds it (:func:`extractor.values.evidence.widen`) before it is read.
+    holds it, evidence that runs past its phrase narrowed to it (:func:`extractor.values.phrases.fit`),
+    before it is read.
     """
     if not task.values:
         parsed = parse_and_validate(raw, task.validator)
@@ -363,27 +387,92 @@ def read_answer(task: Task, raw: str, p: Plan, *, text: str = "") -> Answer:
     first = parse(raw)
     if not first.ok:
         return Answer(first, None)
-    ctx = values.Context(
-        languages=task.settings.languages, date_order=task.settings.date_order, reference_date=p.reference_date
-    )
-    evidence_data = _widened(task, first.value, text, "") if text else first.value
+    ctx = _context(task, p)
+    fitted_notes: list[str] = []
+    evidence_data = _fitted(task, first.value, text, "", ctx, fitted_notes) if text else first.value
     applied = values.apply(evidence_data, task.values, ctx)
     # A value that could not be read has its own line; the schema's complaint at it would say less.
     errors = [
         e for e in validate(task.validator, applied.data) if not any(e.startswith(f"{q}:") for q in applied.problems)
     ]
     parsed = Parsed(value=applied.data, repaired=first.repaired, errors=tuple(errors))
-    return Answer(parsed, evidence_data, applied.typed, applied.problems, list(applied.notes))
+    return Answer(parsed, evidence_data, applied.typed, applied.problems, [*fitted_notes, *applied.notes])
 
 
-def _widened(task: Task, value: Any, text: str, pointer: str) -> Any:
-    """``value`` with each typed value's copied words widened to the phrase of ``text`` holding them."""
+def _fitted(task: Task, value: Any, text: str, pointer: str, ctx: values.Context, notes: list[str]) -> Any:
+    """``value`` with each typed value's copied words fitted (widened or narrowed) to the phrase stating it."""
     if isinstance(value, dict):
-        return {k: _widened(task, v, text, f"{pointer}/{escape(str(k))}") for k, v in value.items()}
+        return {k: _fitted(task, v, text, f"{pointer}/{escape(str(k))}", ctx, notes) for k, v in value.items()}
     if isinstance(value, list):
-        return [_widened(task, v, text, pointer) for v in value]
+        return [_fitted(task, v, text, pointer, ctx, notes) for v in value]
     found = task.values.get(pointer)
-    return evidence.widen(text, found, value) if found is not None and isinstance(value, str) else value
+    if found is None or not isinstance(value, str):
+        return value
+    words, note = phrases.fit(text, found, value, ctx)
+    if note is not None:
+        notes.append(note)
+    return words
+
+
+def _context(task: Task, p: Plan) -> values.Context:
+    return values.Context(
+        languages=task.settings.languages, date_order=task.settings.date_order, reference_date=p.reference_date
+    )
+
+
+def _decoding(task: Task, constrained: Constraint | None) -> tuple[str | None, Any, tuple[str, ...]]:
+    """What a request is decoded under: the grammar, else the JSON schema; and the fields held to the text."""
+    if constrained is None:
+        return None, task.engine_schema, ()
+    if constrained.grammar is not None:
+        return constrained.grammar, None, constrained.fields
+    return None, constrained.schema if constrained.schema is not None else task.engine_schema, constrained.fields
+
+
+def _refuse(task: Task, lookup: phrases.Lookup, answer: Answer) -> bool:
+    """Leave each typed value's evidence that could not be read out of its field's phrases; True if any left."""
+    changed = False
+    for pointer in answer.problems:
+        words = node_at(answer.evidence, pointer)
+        if isinstance(words, str):
+            changed = lookup.refuse(grounding.field_path(pointer), words) or changed
+    return changed
+
+
+def _reconstrained(decoded: Any, text: str, p: Plan, last: Constraint, lookup: phrases.Lookup) -> Constraint:
+    """The last attempt's kind of decoding again, built with the phrases left after a refusal."""
+    everywhere = p.grounded_decoding is True
+    if last.mode == "grammar":
+        rebuilt = grounded_decoding.constrain(
+            decoded,
+            text,
+            everywhere=everywhere,
+            max_words=p.grounded_max_words,
+            clauses=p.grounded_clauses,
+            grammar=p.substring_grammar,
+            phrases=lookup,
+        )
+        return rebuilt if rebuilt is not None else last
+    if last.mode == "enum":
+        return grounded_decoding.without_grammar(
+            decoded, text, everywhere=everywhere, why=last.note or "", phrases=lookup
+        )
+    return last
+
+
+def _phrase_hints(task: Task, lookup: phrases.Lookup | None, answer: Answer) -> list[str]:
+    """For each typed value that could not be read, the phrases of the text that state a value of its kind."""
+    if lookup is None:
+        return []
+    hints = []
+    for pointer in answer.problems:
+        found = task.values.get(grounding.field_path(pointer))
+        if found is None:
+            continue
+        left = [w for w in lookup.found(found) if w not in lookup.refused.get(found.path, set())][:MAX_HINTED_PHRASES]
+        if left:
+            hints.append(f"{pointer}: the text states a {found.kind} only as one of: {', '.join(map(repr, left))}")
+    return hints
 
 
 @dataclass(frozen=True)
@@ -487,7 +576,8 @@ async def _extract_chunks(task: Task, pieces: Sequence[Chunk], p: Plan, engine: 
         for c, d in zip(pieces, done, strict=True)
         if isinstance(d, Extracted)
     ]
-    merged = chunking.merge(outcomes, schema=task.schema)
+    with stage("merging"):
+        merged = chunking.merge(outcomes, schema=task.schema)
     problems = validate(task.validator, merged.data)
     if problems:
         raise ChunkedExtractionFailed(

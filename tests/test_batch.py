@@ -109,6 +109,9 @@ def test_every_bad_row_kind_gets_exactly_one_record(catalog: Catalog, settings: 
     assert summary.attempts == 5 and summary.extracted == 3 and summary.complete
     saved = json.loads(summary_path(out).read_text())
     assert saved["rows"] == 14 and saved["errors_by_kind"]["text_too_long"] == 2
+    # Where each row's time went, and the sums in the summary (issue 58).
+    assert {"rendering", "tokenizing", "grammar", "engine", "reading"} <= set(by_line[1]["stages"])
+    assert set(saved["stages"]) >= set(by_line[1]["stages"]) and "seconds by stage" in summary.text()
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
 
 

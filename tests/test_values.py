@@ -277,6 +277,10 @@ async def test_unreadable_evidence_is_reasked_then_left_null(
     assert len(result.attempts) == 3
     assert "cannot be read as a date" in result.attempts[0].errors[0]
     assert "cannot be read as a date" in engine.history[1].messages[-1]["content"]  # fed back
+    assert "'May 20, 2014'" in engine.history[1].messages[-1]["content"]  # with the text's dates named
+    # The second answer repeated the first: the third request says so, and is not the second again.
+    third, second = engine.history[2].messages[-1]["content"], engine.history[1].messages[-1]["content"]
+    assert "attempt 2 repeated attempt 1 word for word" in third and third != second
     assert result.data["effective_date"] is None and result.data["term"] == "P3Y"  # nothing invented
     assert any("'This Agreement'" in n and "left null" in n for n in result.notes)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from extractor.catalog.task import Task, describe_fields
 from extractor.config import GrammarBackend
 from extractor.constraints import task_schema
 from extractor.errors import ConfigError, TaskError, UnknownTaskError
+from extractor.examples import reading
 from extractor.examples.pool import ExamplePool, load_pool, summarize
 
 TASK_NAME = re.compile(r"^[a-z0-9_-]{1,64}$")
@@ -130,6 +132,7 @@ def load_task(
         warnings=tuple(warnings),
         pool=pool,
     )
+    task = _with_reading(task, written=source, tuned=layers)
     _check_renders(task)
     if root is not None:
         task = _with_adapter(where, task, root)
@@ -217,6 +220,26 @@ def _with_adapter(where: str, task: Task, root: Path) -> Task:
     except AdapterError as error:
         raise TaskError(where, f"#/{SETTINGS_KEY}/adapter", str(error)) from None
     return replace(task, adapter=folder)
+
+
+def _with_reading(task: Task, *, written: Mapping[str, Any], tuned: tuple[dict[str, Any], str] | None) -> Task:
+    """A task whose pool came from labelled documents: long documents read field by field, as the pool taught.
+
+    Each field's learned options (:func:`extractor.examples.reading.learn`) sit under what the
+    analyst wrote on it; reading by field is on unless the schema or the tuned file says otherwise.
+    """
+    if task.pool is None or not len(task.pool):
+        return task
+    properties = task.schema.get("properties") or {}
+    descriptions = {str(k): str(v.get("description") or "") for k, v in properties.items() if isinstance(v, Mapping)}
+    learned = reading.learn(task.pool.examples, list(descriptions), descriptions)
+    if learned is None:
+        return task
+    chunking = task.settings.chunking
+    said = [layer.get(SETTINGS_KEY, layer).get("chunking") for layer in (written, tuned[0] if tuned else {})]
+    if chunking is not None and not any(isinstance(c, Mapping) and "by_field" in c for c in said):
+        chunking = replace(chunking, by_field=True, max_chars=chunking.max_chars or reading.PASSAGE_CHARS)
+    return replace(task, reading=learned.fields, settings=replace(task.settings, chunking=chunking))
 
 
 def _tuned_layer(root: Path, name: str) -> tuple[dict[str, Any], str]:

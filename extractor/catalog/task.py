@@ -80,6 +80,9 @@ class Task:
     # The schema the model answers in: ``schema`` with each typed value field as its evidence, a
     # string (``schema`` itself without value fields); ``engine_schema`` is it without ``x-*`` keys.
     answer_schema: Mapping[str, Any] = field(default_factory=dict)
+    # Per top-level field, the reading options learned from a pool of labelled documents
+    # (extractor.examples.reading): under the field's own ``x-extractor``, which wins.
+    reading: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     @property
     def uses_pool(self) -> bool:

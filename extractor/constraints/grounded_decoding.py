@@ -34,13 +34,14 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from extractor.constraints import decoding, patterns, substring
 from extractor.grounding import is_unspaced
 from extractor.schema import escape, resolve, types_of, walk
+from extractor.values.fields import PHRASES_KEY
 
 MAX_UNITS = 12
 MAX_CHARS = 64
@@ -49,6 +50,8 @@ MAX_CANDIDATES = 2000
 # 131k-token vocabulary: generation fails silently past ~6,000 words). See `bench/grounded_grammar.py`.
 MAX_WORDS = 5000
 Mode = Literal["grammar", "enum", "posthoc"]
+# ``(field pointer, kind) -> the phrases of the text`` a typed value's evidence may be (None: any span).
+Phrases = Callable[[str, str], Sequence[str] | None]
 _UNIT = re.compile(r"\s+")
 
 
@@ -149,6 +152,7 @@ def constrain(
     clauses: bool = True,
     max_candidates: int = MAX_CANDIDATES,
     grammar: bool = True,
+    phrases: Phrases | None = None,
 ) -> Constrained | None:
     """How to decode ``text`` so that its extractive fields stay in it (None: no field is extractive).
 
@@ -160,6 +164,8 @@ def constrain(
         clauses: Hold each value to one clause of the text (no value across ``，`` or ``;``).
         max_candidates: The enum path's bound on candidate spans.
         grammar: The engine reads llguidance's Lark (the guidance backend); False: the enum of spans.
+        phrases: ``(pointer, kind) -> the phrases of the text`` a typed value's evidence (a field
+            marked ``x-phrases``) may be, or None to hold it to any span like other grounded strings.
 
     """
     targets, planned = _plan(schema, everywhere)
@@ -177,6 +183,7 @@ def constrain(
             everywhere=everywhere,
             why="the grammar backend is not guidance, which alone reads the substring grammar",
             max_candidates=max_candidates,
+            phrases=phrases,
         )
     if isinstance(planned, substring.UntranslatableError):
         return without_grammar(
@@ -185,8 +192,10 @@ def constrain(
             everywhere=everywhere,
             why=f"the grammar cannot spell out {planned}",
             max_candidates=max_candidates,
+            phrases=phrases,
         )
-    lark = planned.grammar(text, clauses_only=clauses)
+    listed = {r.pointer: phrases(r.pointer, r.kind) for r in planned.phrase_rules} if phrases is not None else {}
+    lark = planned.grammar(text, clauses_only=clauses, phrases={k: v for k, v in listed.items() if v is not None})
     note = None
     if lark.posthoc:
         note = f"checked after generation (pattern or format): {', '.join(lark.posthoc)}"
@@ -220,20 +229,33 @@ def _plan(
 
 
 def without_grammar(
-    schema: Mapping[str, Any], text: str, *, everywhere: bool, why: str, max_candidates: int = MAX_CANDIDATES
+    schema: Mapping[str, Any],
+    text: str,
+    *,
+    everywhere: bool,
+    why: str,
+    max_candidates: int = MAX_CANDIDATES,
+    phrases: Phrases | None = None,
 ) -> Constrained:
     """The next best thing to the grammar: the enum of spans, else a post-hoc check; ``why`` goes in the note."""
-    enum = enum_constrain(schema, text, extractive_nodes(schema, everywhere=everywhere), max_candidates=max_candidates)
+    targets = extractive_nodes(schema, everywhere=everywhere)
+    enum = enum_constrain(schema, text, targets, max_candidates=max_candidates, phrases=phrases)
     if enum is None:
         return Constrained((), "posthoc", note=f"{why}; the text has too many spans for an enum: checked after")
     return Constrained(enum.fields, "enum", schema=enum.schema, note=f"{why}; an enum of spans was used")
 
 
 def enum_constrain(
-    schema: Mapping[str, Any], text: str, targets: Mapping[int, str], *, max_candidates: int = MAX_CANDIDATES
+    schema: Mapping[str, Any],
+    text: str,
+    targets: Mapping[int, str],
+    *,
+    max_candidates: int = MAX_CANDIDATES,
+    phrases: Phrases | None = None,
 ) -> Constrained | None:
     """The engine schema for one text, extractive fields turned into enums of its spans.
 
+    A typed value's evidence (``x-phrases``) is an enum of the phrases ``phrases`` lists for it.
     Returns None when the text has more than ``max_candidates`` candidate spans, or no field
     could be turned into an enum.
     """
@@ -245,7 +267,10 @@ def enum_constrain(
     def rebuild(node: Any, names: bool = False) -> Any:
         if isinstance(node, Mapping):
             if not names and id(node) in targets:
-                replaced = _enum_node(node, pool)
+                kind = node.get(PHRASES_KEY)
+                listed = phrases(targets[id(node)], kind) if phrases is not None and isinstance(kind, str) else None
+                held = listed is not None and (bool(listed) or "null" in types_of(node))  # none, not nullable: any span
+                replaced = _enum_node(node, list(listed) if listed is not None and held else pool)
                 if replaced is not None:
                     changed.append(targets[id(node)])
                     return replaced

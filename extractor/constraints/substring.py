@@ -48,6 +48,7 @@ from typing import Any
 from extractor.constraints import decoding
 from extractor.grounding import split_unspaced
 from extractor.schema import resolve, types_of
+from extractor.values.fields import PHRASES_KEY
 
 # One JSON string character as written: an escape or a character that needs none.
 _JSON_CHAR = r'(\\["\\\/bfnrt]|\\u[0-9a-fA-F]{4}|[^"\\\x00-\x1f])'
@@ -138,6 +139,21 @@ def skeleton(schema: Mapping[str, Any], targets: Mapping[int, str], *, lean: boo
 
 
 @dataclass(frozen=True)
+class PhraseRule:
+    """A grounded field held to a list of the text's phrases (``x-phrases``: a typed value's evidence).
+
+    Completed per text by :meth:`Skeleton.grammar`: one of the phrases, or null (where the field
+    allows it); with no list for the text, the substring rule ``fallback``.
+    """
+
+    name: str  # the rule the field's value is written as
+    pointer: str
+    kind: str  # the kind of value the phrases state (a date, a duration, a number...)
+    nullable: bool
+    fallback: str  # the field's substring expression, without null
+
+
+@dataclass(frozen=True)
 class Skeleton:
     """A task schema's grammar without the text: built once per schema, completed per text by :meth:`grammar`."""
 
@@ -146,16 +162,41 @@ class Skeleton:
     fields: tuple[str, ...]
     posthoc: tuple[str, ...]
     lean: bool = True  # length bounds only where the text could break them (False: always, to measure the cut)
+    phrase_rules: tuple[PhraseRule, ...] = ()
 
-    def grammar(self, text: str, *, clauses_only: bool = True) -> Grammar:
-        """The grammar for ``text``: ``TEXT`` is the substring automaton of its chunks (of each clause's)."""
-        if not self.bounds:
-            return Grammar("\n".join(self.rules) + "\n", self.fields, self.posthoc)
+    def grammar(
+        self, text: str, *, clauses_only: bool = True, phrases: Mapping[str, Sequence[str]] | None = None
+    ) -> Grammar:
+        """The grammar for ``text``: ``TEXT`` is the substring automaton of its chunks (of each clause's).
+
+        ``phrases`` maps the pointer of each field of :attr:`phrase_rules` to the phrases of the
+        text its value may be (empty: null only, where the field allows null); a field not in it
+        is held to substrings of the text like any grounded string.
+        """
+        rules = [*self.rules, *(_phrase_rule(rule, (phrases or {}).get(rule.pointer)) for rule in self.phrase_rules)]
+        used = [(name, low, high) for name, low, high in self.bounds if any(_uses(r, name) for r in rules)]
+        if not used:
+            return Grammar("\n".join(rules) + "\n", self.fields, self.posthoc)
         pieces = clauses(text) if clauses_only else [text]
         longest = max((len(p) for p in pieces), default=0) if self.lean else None
-        terminals = [_terminal(name, low, high, longest) for name, low, high in self.bounds]
-        lines = [*self.rules, f"TEXT: {_substring(pieces)}", *terminals]
+        terminals = [_terminal(name, low, high, longest) for name, low, high in used]
+        lines = [*rules, f"TEXT: {_substring(pieces)}", *terminals]
         return Grammar("\n".join(lines) + "\n", self.fields, self.posthoc)
+
+
+def _phrase_rule(rule: PhraseRule, phrases: Sequence[str] | None) -> str:
+    """``rule``'s definition for one text: one of ``phrases`` as a JSON string, null, or the substring fallback."""
+    if phrases is None or (not phrases and not rule.nullable):
+        body = rule.fallback
+    elif phrases:
+        body = " | ".join(_literal(json.dumps(p, ensure_ascii=False)) for p in dict.fromkeys(phrases))
+    else:
+        return f'{rule.name}: "null"'
+    return f'{rule.name}: "null" | {body}' if rule.nullable else f"{rule.name}: {body}"
+
+
+def _uses(rule: str, terminal: str) -> bool:
+    return re.search(rf"\b{terminal}\b", rule.split(":", 1)[1]) is not None
 
 
 def _terminal(name: str, low: int, high: int | None, longest: int | None) -> str:
@@ -186,6 +227,7 @@ class _Translator:
     terminals: dict[tuple[int, int | None], str] = field(default_factory=dict)
     fields: list[str] = field(default_factory=list)
     posthoc: list[str] = field(default_factory=list)
+    phrase_rules: dict[int, PhraseRule] = field(default_factory=dict)  # id(node) -> its rule
     _holds: dict[int, bool] = field(default_factory=dict)
 
     def run(self) -> Skeleton:
@@ -193,7 +235,7 @@ class _Translator:
         rules = [f"start: {top}"] + [f"{name}: {body}" for name, body in self.bodies.items()]
         bounds = tuple((name, low, high) for (low, high), name in self.terminals.items())
         fields, posthoc = tuple(sorted(set(self.fields))), tuple(sorted(set(self.posthoc)))
-        return Skeleton(tuple(rules), bounds, fields, posthoc, self.lean)
+        return Skeleton(tuple(rules), bounds, fields, posthoc, self.lean, tuple(self.phrase_rules.values()))
 
     # -- nodes --------------------------------------------------------------------------------
 
@@ -239,7 +281,16 @@ class _Translator:
         high = node.get("maxLength")
         key = (low, int(high) if high is not None else None)
         name = self.terminals.setdefault(key, f"SUB{len(self.terminals)}")
-        return self.nullable(f'"\\"" {name} "\\""', types_of(node))
+        quoted = f'"\\"" {name} "\\""'
+        kind = node.get(PHRASES_KEY)
+        if isinstance(kind, str):  # a typed value's evidence: one of the text's phrases of its kind
+            rule = self.phrase_rules.get(id(node))
+            if rule is None:
+                nullable = "null" in types_of(node)
+                rule = PhraseRule(f"ph{len(self.phrase_rules)}", self.targets[id(node)], kind, nullable, quoted)
+                self.phrase_rules[id(node)] = rule
+            return rule.name
+        return self.nullable(quoted, types_of(node))
 
     def object(self, node: Mapping[str, Any], pointer: str) -> str:
         self.only(node, _OBJECT_KEYS, pointer)

@@ -133,7 +133,13 @@ def _document_lines(value: Mapping[str, Any], task: Task, base: Path, report: Im
         raise ValueError("a document line needs 'file' (a path) and 'expected' or 'output'")
     document = documents.read(base / value["file"])
     output = value["output"] if "output" in value else shape(value["expected"], task.schema)
-    lines, placed = placing.passages(task, document.text, output)
+    lines, placed = placing.passages(
+        task,
+        document.text,
+        output,
+        document=str(value.get("id") or value["file"]),
+        pages=lambda start, end: document.locate(start, end).pages,
+    )
     report.documents += 1
     report.placed += len(placed.spans)
     report.unplaced += [f"{value['file']}: {label}" for label in placed.missing]

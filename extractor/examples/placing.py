@@ -14,7 +14,7 @@ with the labels placed inside it, plus one passage with none (the model must lea
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -71,9 +71,22 @@ def _place_one(task: Task, text: str, path: str, value: Any, ctx: Context) -> tu
 
 
 def passages(
-    task: Task, text: str, output: Mapping[str, Any], *, max_chars: int | None = None
+    task: Task,
+    text: str,
+    output: Mapping[str, Any],
+    *,
+    max_chars: int | None = None,
+    document: str | None = None,
+    pages: Callable[[int, int], tuple[int, ...]] | None = None,
 ) -> tuple[list[dict[str, Any]], Placed]:
-    """Pool lines ``{"text", "output"}`` of a long labelled document: its passages holding labels, and one without."""
+    """Pool lines ``{"text", "output"}`` of a long labelled document: its passages holding labels, and one without.
+
+    With ``document`` (its name), each line keeps where it came from under ``source``
+    (:func:`extractor.examples.pool.check_source`): the document, the passage's offsets in it, the
+    document's length, the pages the passage spans (``pages(start, end)``), and every label placed
+    in the document with its offsets, so what a field's labels look like across documents (where
+    they sit, the words around them, how often they are stated) can be learned from the pool.
+    """
     placed = place(task, text, output)
     size = max_chars or (task.settings.chunking.max_chars if task.settings.chunking else None) or DEFAULT_PASSAGE_CHARS
     pieces = chunking.split(text, max_chars=size, overlap=min(200, size // 4))
@@ -88,7 +101,16 @@ def passages(
                     shaped[name].append(value)
             else:
                 shaped[name] = value
-        line = {"text": piece.text, "output": shaped}
+        line: dict[str, Any] = {"text": piece.text, "output": shaped}
+        if document is not None:
+            line["source"] = {
+                "document": document,
+                "start": piece.start,
+                "end": piece.end,
+                "length": len(text),
+                "pages": list(pages(piece.start, piece.end)) if pages is not None else [],
+                "labels": [{"field": n, "start": s, "end": e} for n, _, s, e in placed.spans],
+            }
         (lines if inside else empty).append(line)
     if empty:
         lines.append(empty[len(empty) // 2])  # one passage stating nothing asked

@@ -23,7 +23,9 @@ from extractor import grounding
 from extractor.examples.lexicon import Lexicon
 from extractor.examples.selection import Selector
 
-LINE_KEYS = frozenset({"text", "output", "id", "review"})
+LINE_KEYS = frozenset({"text", "output", "id", "review", "source"})
+# A line's ``source`` (a passage of a labelled document): its keys, each a check of its value.
+SOURCE_KEYS = ("document", "start", "end", "length", "pages", "labels")
 # Bounds that keep load time and memory predictable; past them the line is reported.
 MAX_POOL_LINES = 100_000
 MAX_TEXT_CHARS = 4_000
@@ -37,6 +39,28 @@ class Example:
     text: str
     output: Mapping[str, Any]
     id: Any = None
+    source: Source | None = None  # the labelled document a passage came from
+
+
+@dataclass(frozen=True)
+class Label:
+    """A label placed in its document: the field and its character offsets in the whole document."""
+
+    field: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a pool line came from: a passage of a labelled document, and every label placed in that document."""
+
+    document: str
+    start: int
+    end: int
+    length: int
+    pages: tuple[int, ...] = ()
+    labels: tuple[Label, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -145,7 +169,9 @@ def check_line(raw: bytes | str, *, validator: Validator, ungrounded: frozenset[
         raise ValueError('expected a JSON object {"text": ..., "output": {...}}')
     unknown = sorted(set(value) - LINE_KEYS)
     if unknown:
-        raise ValueError(f"unknown key(s) {', '.join(map(repr, unknown))}; a line holds text, output, id and review")
+        raise ValueError(
+            f"unknown key(s) {', '.join(map(repr, unknown))}; a line holds text, output, id, review and source"
+        )
     review = value.get("review")
     if review is not None and not isinstance(review, dict):
         raise ValueError("'review' must be a JSON object (who decided, when)")
@@ -157,7 +183,45 @@ def check_line(raw: bytes | str, *, validator: Validator, ungrounded: frozenset[
     if not isinstance(output, dict):
         raise ValueError("'output' must be a JSON object shaped like the task's answer")
     check_output(text, output, validator=validator, ungrounded=ungrounded)
-    return Example(text=text, output=output, id=value.get("id"))
+    source = check_source(value["source"], text) if "source" in value else None
+    return Example(text=text, output=output, id=value.get("id"), source=source)
+
+
+def check_source(value: Any, text: str) -> Source:
+    """A line's ``source`` as a :class:`Source`; ``ValueError`` names the key to fix."""
+    if not isinstance(value, dict):
+        raise ValueError("'source' must be a JSON object (document, start, end, length, pages, labels)")
+    missing = [k for k in SOURCE_KEYS if k not in value]
+    unknown = sorted(set(value) - set(SOURCE_KEYS))
+    if missing or unknown:
+        raise ValueError(
+            f"/source: needs {', '.join(SOURCE_KEYS)}" + (f"; unknown: {', '.join(unknown)}" if unknown else "")
+        )
+    document, start, end, length = value["document"], value["start"], value["end"], value["length"]
+    if not isinstance(document, str) or not document:
+        raise ValueError("/source/document: the document's name, a non-empty string")
+    if not all(isinstance(n, int) and not isinstance(n, bool) for n in (start, end, length)):
+        raise ValueError("/source: start, end and length must be whole numbers (character offsets)")
+    if not 0 <= start < end <= length or end - start != len(text):
+        raise ValueError(
+            f"/source: start {start} and end {end} must hold the line's {len(text)} characters within length {length}"
+        )
+    pages = value["pages"]
+    if not isinstance(pages, list) or not all(isinstance(p, int) and not isinstance(p, bool) for p in pages):
+        raise ValueError("/source/pages: a list of page numbers")
+    labels: list[Label] = []
+    for index, label in enumerate(value["labels"] if isinstance(value["labels"], list) else [None]):
+        spot = label if isinstance(label, dict) else {}
+        name, at, stop = spot.get("field"), spot.get("start"), spot.get("end")
+        if (
+            not isinstance(name, str)
+            or not isinstance(at, int)
+            or not isinstance(stop, int)
+            or not 0 <= at < stop <= length
+        ):
+            raise ValueError(f"/source/labels/{index}: {{field, start, end}} within the document's {length} characters")
+        labels.append(Label(name, at, stop))
+    return Source(document, start, end, length, tuple(pages), tuple(labels))
 
 
 def check_output(

@@ -13,10 +13,12 @@ import contextlib
 import json
 import signal
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from extractor import stages
 from extractor.api import Extractor
 from extractor.errors import (
     DocumentError,
@@ -80,6 +82,7 @@ class RecordStats:
     repaired: bool = False
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    stages: Mapping[str, float] = field(default_factory=dict)  # seconds per pipeline stage (extractor.stages)
 
 
 def record_stats(record: dict[str, Any]) -> RecordStats:
@@ -97,6 +100,7 @@ def record_stats(record: dict[str, Any]) -> RecordStats:
         repaired=any(a.get("repaired") for a in attempts),
         prompt_tokens=sum(int(a.get("prompt_tokens", 0)) for a in attempts),
         completion_tokens=sum(int(a.get("completion_tokens", 0)) for a in attempts),
+        stages=record.get("stages") or {},
     )
 
 
@@ -117,6 +121,8 @@ class BatchSummary:
     written: int = 0  # rows written by this run
     elapsed_s: float = 0.0
     complete: bool = False
+    # Seconds per pipeline stage, summed over the rows (extractor.stages; engine waits overlap).
+    stages: dict[str, float] = field(default_factory=dict)
 
     @property
     def mean_attempts(self) -> float:
@@ -144,6 +150,8 @@ class BatchSummary:
             self.repaired += stats.repaired
             self.prompt_tokens += stats.prompt_tokens
             self.completion_tokens += stats.completion_tokens
+        if stats.stages:
+            self.stages = stages.total([self.stages, stats.stages])
 
     def as_dict(self) -> dict[str, Any]:
         """The summary as written to the summary file."""
@@ -159,6 +167,9 @@ class BatchSummary:
             f"repaired {self.repaired}, mean attempts {self.mean_attempts:.2f}, "
             f"tokens {self.prompt_tokens} prompt + {self.completion_tokens} completion",
         ]
+        if self.stages:
+            shown = ", ".join(f"{name} {seconds:.1f}" for name, seconds in self.stages.items())
+            lines.append(f"seconds by stage, summed over rows (engine waits overlap): {shown}")
         return "\n".join(lines)
 
 
@@ -212,6 +223,14 @@ def result_record(row: Row, result: ExtractionResult) -> dict[str, Any]:
 
 async def extract_row(extractor: Extractor, config: RowOptions, row: Row) -> dict[str, Any]:
     """Extract one row (a text, or a document of a folder) into its record; only an engine failure raises."""
+    with stages.measuring() as clock:
+        record = await _extract_row(extractor, config, row)
+    if clock.seconds:
+        record["stages"] = clock.rounded()
+    return record
+
+
+async def _extract_row(extractor: Extractor, config: RowOptions, row: Row) -> dict[str, Any]:
     try:
         options = config.options
         if row.reference_date is not None:

@@ -12,8 +12,12 @@ labelled data; this chooses a task's settings the same way, with the engine that
 3. Each candidate extracts every line; its row holds micro F1 (the typed comparison of
    ``extractor eval``), the schema-valid rate and docs/s. Candidates start while the time budget
    lasts (the first always runs): the winner is chosen among those measured.
-4. **The winner**: the highest F1; within :data:`TIE` of it, the faster. It is written to
-   ``tuned/<task>.json`` (:mod:`extractor.catalog.tuned`) with the table, unless a dry run.
+4. **The winner** (:func:`winner`): a setting is kept only where what it adds measures beyond the
+   noise of the cases. Among the candidates whose F1 the best one does not beat beyond noise (a
+   paired bootstrap over the cases at 95 %, :mod:`extractor.jobs.noise`), the simplest (fewer
+   worked examples and hints in the prompt), then the faster. It is written to
+   ``tuned/<task>.json`` (:mod:`extractor.catalog.tuned`) with the table and each candidate's
+   interval, unless a dry run.
 5. **Calibration follows the choice**: the winner's answers on the same held-out lines (each value's
    raw confidence, whether it was right, the pool's verdict) fit the task's calibration, as
    ``extractor calibrate`` would on those lines (:func:`extractor.review.fitting.fit`).
@@ -33,6 +37,7 @@ from extractor.catalog.tasks import Task
 from extractor.catalog.tuned import tuned_path
 from extractor.errors import EngineError, ExtractionFailed, ExtractorError
 from extractor.examples.pool import PoolSettings
+from extractor.jobs import noise
 from extractor.jobs.evaluation import Tally
 from extractor.jobs.metrics import compare
 from extractor.results import ExtractionResult
@@ -79,6 +84,10 @@ class Row:
     metrics: dict[str, Any] = field(default_factory=dict)
     # Each value's raw confidence and whether it was right: the chosen row calibrates the task.
     marks: list[Mark] = field(default_factory=list)
+    # Each case's (tp, fp, fn) over all fields, in the cases' order: what the noise of a difference is drawn from.
+    cases: list[noise.CaseCounts] = field(default_factory=list)
+    # F1 against the best row's, with its interval (set by :func:`winner`).
+    against_best: noise.Difference | None = None
 
     @property
     def f1(self) -> float:
@@ -86,9 +95,15 @@ class Row:
 
     def record(self) -> dict[str, Any]:
         keys = ("docs", "f1", "precision", "recall", "schema_valid_rate", "docs_per_s", "elapsed_s")
-        return {"label": self.candidate.label, "settings": dict(self.candidate.settings)} | {
-            k: self.metrics[k] for k in keys if k in self.metrics
-        }
+        interval = {}
+        if self.against_best is not None:
+            d = self.against_best
+            interval = {"f1_vs_best": [round(d.delta, 4), round(d.low, 4), round(d.high, 4)]}
+        return (
+            {"label": self.candidate.label, "settings": dict(self.candidate.settings)}
+            | {k: self.metrics[k] for k in keys if k in self.metrics}
+            | interval
+        )
 
 
 def candidates(task: Task, *, ks: Sequence[int] = K_CHOICES) -> list[Candidate]:
@@ -126,8 +141,9 @@ async def measure(
     gate = asyncio.Semaphore(concurrency)
     tally = Tally()
     marks: list[Mark] = []
+    per_case: list[noise.CaseCounts] = [(0, 0, 0)] * len(cases)
 
-    async def one(case: Case) -> None:
+    async def one(index: int, case: Case) -> None:
         async with gate:
             task = candidate.apply(case.task)
             result: ExtractionResult | None = None
@@ -143,15 +159,17 @@ async def measure(
                 pass
             counts = compare(case.expected, result.data if result is not None else None, typed=task.values)
             tally.add(result, attempts, counts)
+            found = counts.values()
+            per_case[index] = (sum(c.tp for c in found), sum(c.fp for c in found), sum(c.fn for c in found))
             if result is not None:
                 marks.extend(fitting.marks(case.expected, result, task))
         if progress is not None:
             progress(1)
 
     started = time.perf_counter()
-    await asyncio.gather(*(one(c) for c in cases))
+    await asyncio.gather(*(one(i, c) for i, c in enumerate(cases)))
     elapsed = time.perf_counter() - started
-    return Row(candidate, {**tally.metrics(elapsed), "elapsed_s": round(elapsed, 1)}, marks)
+    return Row(candidate, {**tally.metrics(elapsed), "elapsed_s": round(elapsed, 1)}, marks, per_case)
 
 
 async def tune(
@@ -192,21 +210,44 @@ async def tune(
 
 
 def winner(rows: Sequence[Row]) -> Row:
-    """The highest F1; within :data:`TIE` of it, the fastest; the first measured breaks what is left."""
-    best = max(r.f1 for r in rows)
-    close = [r for r in rows if r.f1 >= best - TIE]
-    return max(close, key=lambda r: (float(r.metrics.get("docs_per_s", 0.0)), -rows.index(r)))
+    """The simplest candidate the best one does not beat beyond noise; then the fastest; then the first measured.
+
+    Each row's difference from the best (F1 and its paired-bootstrap interval) is set on it.
+    Rows measured without per-case counts compare by F1 alone, within :data:`TIE`.
+    """
+    best = max(rows, key=lambda r: (r.f1, -rows.index(r)))
+    close = []
+    for r in rows:
+        if r.cases and len(r.cases) == len(best.cases):
+            r.against_best = noise.difference(best.cases, r.cases)
+            if r is best or r.against_best.high >= 0:  # the best's gain over r is not beyond noise
+                close.append(r)
+        elif r.f1 >= best.f1 - TIE:
+            close.append(r)
+    return min(close, key=lambda r: (simplicity(r.candidate), -float(r.metrics.get("docs_per_s", 0.0)), rows.index(r)))
+
+
+def simplicity(candidate: Candidate) -> int:
+    """How much a candidate adds to each prompt: worked examples (1) and the pool's hints (1)."""
+    block = candidate.settings.get("examples_from_pool")
+    if not isinstance(block, Mapping):
+        return 0
+    return int(int(block.get("k", PoolSettings().k)) > 0) + int(bool(block.get("hints", False)))
 
 
 def table(rows: Sequence[Row], chosen: Row | None = None) -> str:
     """The measured rows as a Markdown table, the chosen one marked."""
-    lines = ["| candidate | F1 | P | R | valid | docs/s |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| candidate | F1 | F1 - best [95 %] | P | R | valid | docs/s |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         m = r.metrics
         mark = " **(chosen)**" if r is chosen else ""
+        interval = r.against_best.shown() if r.against_best is not None else ""
         lines.append(
-            f"| {r.candidate.label}{mark} | {r.f1:.3f} | {m.get('precision', 0):.3f} | {m.get('recall', 0):.3f} "
-            f"| {m.get('schema_valid_rate', 0):.1%} | {m.get('docs_per_s', 0):.2f} |"
+            f"| {r.candidate.label}{mark} | {r.f1:.3f} | {interval} | {m.get('precision', 0):.3f} "
+            f"| {m.get('recall', 0):.3f} | {m.get('schema_valid_rate', 0):.1%} | {m.get('docs_per_s', 0):.2f} |"
         )
     return "\n".join(lines)
 

@@ -10,6 +10,7 @@ numbers); the normalizer of the field reads each, and the first whose value equa
 from __future__ import annotations
 
 import copy
+import itertools
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -27,7 +28,7 @@ _MONTH = (
 )
 _DAY = r"\d{1,2}(?:st|nd|rd|th)?"
 _DATE_PATTERNS = [
-    rf"{_DAY}\s+(?:day\s+of\s+)?{_MONTH},?\s+\d{{4}}",
+    rf"{_DAY}\s+(?:(?:day\s+)?of\s+)?{_MONTH},?\s+\d{{4}}",
     rf"{_MONTH}\s+{_DAY},?\s+\d{{4}}",
     rf"{_MONTH},?\s+\d{{4}}",
     r"\d{4}-\d{1,2}-\d{1,2}",
@@ -45,7 +46,10 @@ _DATE_PATTERNS = [
 ]
 _DATE = "|".join(f"(?:{p})" for p in _DATE_PATTERNS)
 _DATES = re.compile(_DATE, re.IGNORECASE)
-_DATE_TIMES = re.compile(rf"(?:{_DATE})(?:,?\s*(?:at\s+)?(?:{dates.CLOCK}))?", re.IGNORECASE)
+_DATE_TIMES = re.compile(
+    rf"\d{{4}}-\d{{1,2}}-\d{{1,2}}[T ]\d{{1,2}}:\d{{2}}(?::\d{{2}})?|(?:{_DATE})(?:,?\s*(?:at\s+)?(?:{dates.CLOCK}))?",
+    re.IGNORECASE,
+)
 _NUMBERS = re.compile(
     r"(?:(?:USD|EUR|GBP|CNY|RMB|JPY|US\$)\s*|[$€£¥￥]\s*)?[-+−]?\d(?:[\d,.]*\d)?"
     r"(?:\s*(?:%|％|per\s?cent|percent|euros?|dollars?|yuan|pounds?|万|亿|千|元|美元|欧元|英镑|日元|港元|公里|千米|公斤|千克|克|米|"
@@ -53,6 +57,18 @@ _NUMBERS = re.compile(
     r"|百分之[零〇一二两三四五六七八九十百点]+|[零〇一二两三四五六七八九十百千万亿点]+(?:元|美元|万|亿|个)?"
 )
 
+
+_ISO_DURATIONS = re.compile(r"\bP(?:\d+(?:[.,]\d+)?[YMWD])*(?:T(?:\d+(?:[.,]\d+)?[HMS])+)?(?<!P)\b")
+_JOINER = re.compile(r"\s*(?:,\s*|\s+and\s+|,\s*and\s+|和|又|零)\s*", re.IGNORECASE)
+_NUMBER_WORD = (
+    "zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|sixteen|"
+    "seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundred|thousand|million|billion"
+)
+# English numbers in words ("twenty-four", "five hundred", "one thousand two hundred and five").
+_NUMBER_WORDS = re.compile(
+    rf"\b(?:{_NUMBER_WORD})(?:(?:[\s-]+|\s+and\s+)(?:{_NUMBER_WORD}))*\b(?:\s+(?:percent|per\s?cent|dollars?|euros?|pounds?))?",
+    re.IGNORECASE,
+)
 
 # An amount its currency precedes, nothing after it ("$150,000 a year"): the readings' amounts.
 _PREFIXED = re.compile(r"(?:(?:USD|EUR|GBP|CNY|RMB|JPY|US\$)\s*|[$€£¥￥]\s*)[-+−]?\d(?:[\d,.]*\d)?(?:\s*[kK]\b)?")
@@ -94,7 +110,10 @@ def candidates(text: str, kind: str) -> Iterator[tuple[int, int]]:
             yield match.span()
     elif kind == "duration":
         as_digits = dates.digits(text)  # offsets hold only where the numerals kept their length
-        for match in durations.PART.finditer(as_digits if len(as_digits) == len(text) else text):
+        parts = [m.span() for m in durations.PART.finditer(as_digits if len(as_digits) == len(text) else text)]
+        yield from parts
+        yield from _joined(text, parts)  # "1 year and 6 months": the parts together too
+        for match in _ISO_DURATIONS.finditer(text):
             yield match.span()
     elif kind == "time":
         for match in dates.TIMES.finditer(text):
@@ -104,8 +123,22 @@ def candidates(text: str, kind: str) -> Iterator[tuple[int, int]]:
         found |= set(_quantities(text)) | {m.span() for m in (*_PREFIXED.finditer(text), *_PERCENTS.finditer(text))}
         yield from sorted(found, key=lambda span: (span[0], -span[1]))
     else:
-        for match in _NUMBERS.finditer(text):
-            yield match.start(), match.end()
+        found = {m.span() for m in _NUMBERS.finditer(text)} | {m.span() for m in _NUMBER_WORDS.finditer(text)}
+        yield from sorted(found)
+
+
+def _joined(text: str, parts: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
+    """Runs of two or more consecutive parts with only a joining word between them ("1 year and 6 months")."""
+    start = None
+    for (s1, e1), (s2, _) in itertools.pairwise(parts):
+        if _JOINER.fullmatch(text[e1:s2]):
+            start = s1 if start is None else start
+            continue
+        if start is not None:
+            yield start, e1
+        start = None
+    if start is not None and parts:
+        yield start, parts[-1][1]
 
 
 def _quantities(text: str) -> Iterator[tuple[int, int]]:

@@ -34,6 +34,8 @@ UNIT_OF = "unit_of"  # on a sibling property: the service writes the value's cur
 # Read by extractor.passages on any top-level field: where a long document's passages come from.
 PASSAGE_SETTINGS = ("query", "passages", "merge", "from", "expect")
 EVIDENCE_MAX_CHARS = 120
+# On an evidence string: the kind of value it states, whose phrases of the text it is held to.
+PHRASES_KEY = "x-phrases"
 _MAX_DEPTH = 32
 
 
@@ -167,6 +169,8 @@ def _evidence_node(node: Mapping[str, Any]) -> dict[str, Any]:
         "x-extractive": True,
         "description": f"{description} ({hint})" if description else hint,
     }
+    if kind != KIND_READINGS:  # grounded decoding holds the evidence to the phrases of this kind (values.phrases)
+        evidence[PHRASES_KEY] = kind
     if "title" in node:
         evidence["title"] = node["title"]
     return evidence
