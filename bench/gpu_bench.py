@@ -2,7 +2,7 @@
 
     python -m bench.gpu_bench model /tmp/dummy7b        # Qwen2.5-7B dimensions, the default model's tokenizer
     EXTRACTOR_MODEL=/tmp/dummy7b EXTRACTOR_LOAD_FORMAT=dummy \\
-        python -m bench.gpu_bench engine --out gpu-engine.json   # P1, P5, grounded on/off, latency, P2
+        python -m bench.gpu_bench engine --out gpu-engine.json   # P1, grounded on/off, latency, P2
     EXTRACTOR_MODEL=/tmp/dummy7b EXTRACTOR_LOAD_FORMAT=dummy \\
         python -m bench.gpu_bench serve --out gpu-serve.json     # time to first result, GPU memory
 
@@ -11,7 +11,9 @@ The page, from the raw files: ``python -m bench.gpu_report`` (``bench/results/gp
 The engine phase runs every comparison on one engine in one process, so each ratio compares two
 sides of the same run. Random weights generate noise (strings run until a grammar or ``max_tokens``
 stops them): compare ratios, not absolute quality. Each part is saved as soon as it is done, so a
-run cut short keeps what it measured.
+run cut short keeps what it measured. P5 (constrained vs free text of the same answers) is
+``bench.mask_fill``'s; this module's ``p5`` part (free text cut at the answers' mean, the method until
+2026-12-04) is removed (in git history at ffef660).
 """
 
 from __future__ import annotations
@@ -196,8 +198,6 @@ async def _load(spec: dict[str, Any]) -> dict[str, Any]:
 
 async def engine_phase(out: Path, per_task: int, seed_per_task: int, parts: Sequence[str]) -> None:
     report = Report(out)
-    if os.environ.get("BENCH_SWITCH_INTERVAL"):  # the interpreter's GIL hand-over interval (5 ms unless set)
-        sys.setswitchinterval(float(os.environ["BENCH_SWITCH_INTERVAL"]))
     settings = common.settings()
     common.CONCURRENCY = common.concurrency(settings)
     started = time.perf_counter()
@@ -232,8 +232,6 @@ async def engine_phase(out: Path, per_task: int, seed_per_task: int, parts: Sequ
         await compact.extractor_batches(extractor, warm)  # the pipeline's side warm too: indexes, templates, caches
         if "p1" in parts:
             await p1(report, extractor, work, profiles=out.parent)
-        if "p5" in parts:
-            await p5(report, extractor, work)
         scripted = settings.engine == "scripted"  # a dry run: no tokenizer to compile grammars with
         report["grounded_by_length"] = (
             {}
@@ -439,50 +437,6 @@ async def answer_lengths(extractor: Extractor, work: Sequence[GoldItem], *, grou
     return lengths
 
 
-async def p5(report: Report, extractor: Extractor, work: list[GoldItem]) -> None:
-    """Output tok/s of raw generation: free vs the task schema vs the grounded grammar, ``max_tokens`` 128."""
-    engine = extractor.engine
-    cap = P5_MAX_TOKENS
-    free = free_at(cap)
-    rows = {
-        "free": await compact.raw_passes(engine, extractor, work, transform=free),
-        "schema": await compact.raw_passes(engine, extractor, work, transform=capped),
-    }
-    # Free generation cut at the constrained answers' mean length: the same prefill and about the
-    # same tokens per document on both sides (random weights never stop free text before the cap).
-    matched = max(1, round(rows["schema"]["completion_tokens"] / rows["schema"]["docs"]))
-
-    free_matched = free_at(matched)
-
-    rows["free_matched"] = {
-        **await compact.raw_passes(engine, extractor, work, transform=free_matched),
-        "max_tokens": matched,
-    }
-    guidance = extractor.settings.grammar_backend == "guidance"  # the substring grammar is llguidance's Lark
-    if guidance:
-        rows["grounded"] = await compact.raw_passes(engine, extractor, work, grounded=True, transform=capped)
-
-    def with_logprobs(r: Any) -> Any:  # what the pipeline asks for since confidences (one figure per token)
-        return dataclasses.replace(r, max_tokens=cap, logprobs=True)
-
-    rows["schema_logprobs"] = await compact.raw_passes(engine, extractor, work, transform=with_logprobs)
-    if guidance:
-        rows["grounded_logprobs"] = await compact.raw_passes(
-            engine, extractor, work, grounded=True, transform=with_logprobs
-        )
-    # The same three at the matched length with every task mixed, 256 at once (the service under load):
-    # one batch per task holds 50-100 sequences, and vLLM fills the token masks of a step serially
-    # below 129 structured sequences (StructuredOutputManager.fill_bitmask_parallel_threshold), in
-    # parallel threads above it.
-    mixed = {
-        "free_matched": await mixed_pass(extractor, work, transform=free_matched),
-        "schema": await mixed_pass(extractor, work, transform=capped),
-    }
-    if guidance:
-        mixed["grounded"] = await mixed_pass(extractor, work, grounded=True, transform=capped)
-    report["p5"] = {"backend": extractor.settings.grammar_backend, "max_tokens": cap, **rows, "mixed": mixed}
-
-
 async def mixed_pass(
     extractor: Extractor, work: list[GoldItem], *, grounded: bool = False, transform: Any = None
 ) -> dict[str, Any]:
@@ -544,9 +498,7 @@ def main() -> int:
     engine.add_argument("--out", type=Path, required=True)
     engine.add_argument("--per-task", type=int, default=100, help="SNIPS dev lines per intent (100: all 700)")
     engine.add_argument("--seed-per-task", type=int, default=2)
-    engine.add_argument(
-        "--parts", default="p1,p5,grounded,http,p2", help="comma-separated, of p1,p1http,p5,grounded,http,p2"
-    )
+    engine.add_argument("--parts", default="p1,grounded,http,p2", help="comma-separated, of p1,p1http,grounded,http,p2")
     sub.add_parser("serve").add_argument("--out", type=Path, required=True)
     sub.add_parser("load")
     args = parser.parse_args()

@@ -4,7 +4,11 @@
 
 The raw files come back from the GPU host (`bench/gpu/README.md` says which command writes
 which); this renders them without the host. The words are `bench/templates/gpu.md`'s, one section
-per part of the page; this module computes the numbers and tables that fill its placeholders.
+per part of the page; this module computes the numbers and tables that fill its placeholders from the
+runs a re-run writes again (``engine``, ``p1-pipeline``, ``http``, ``serve``, ``eval``). The sections on
+one-off runs (``findings``, ``p5``: the front end's process, logprobs, the mask fill and levers, P5 by the
+old method) are the words and figures those runs gave, fixed in the template (their renderers, removed, are
+in git history at ffef660).
 """
 
 from __future__ import annotations
@@ -15,7 +19,6 @@ import string
 from pathlib import Path
 from typing import Any
 
-from bench import mask_fill
 from bench.common import RESULTS
 
 RAW = RESULTS / "raw"
@@ -50,158 +53,14 @@ def _rate(side: dict[str, Any]) -> float:
     return float(side["docs"] / side["seconds"])
 
 
-def _tok_rate(side: dict[str, Any]) -> float:
-    return float(side["completion_tokens"] / side["seconds"])
-
-
-def _compile_share(name: str) -> float:
-    """CPU seconds py-spy saw in vLLM's grammar compiles (its engine core's pool) in a profile of one pass."""
-    seen = 0
-    for line in (RAW / name).read_text(encoding="utf-8").splitlines():
-        stack, _, count = line.rpartition(" ")
-        if "compile_grammar (vllm/v1/structured_output/backend_guidance.py" in stack.rsplit(";", 3)[-1]:
-            seen += int(count)
-    return seen / 100  # sampled at 100 Hz
-
-
-def tokens_only() -> list[str]:
-    """vLLM asked for an answer's tokens only where logprobs come back (its text decoded from their bytes)."""
-    run = _load("p1-tokens-only")
-    p1, http = run["p1"], run["p1_http"]
-    raw, raw_lp, ours = _rate(p1["raw"]), _rate(p1["raw_logprobs"]), _rate(p1["extractor"])
-    before = _load(LATEST)["p1"]
-    before_cost = 1 - _rate(before["raw_logprobs"]) / _rate(before["raw"])
-    stages = {k: v for k, v in p1["extractor"]["stages"].items() if k.startswith("render")}
-    stages_before = {k: v for k, v in before["extractor"]["stages"].items() if k.startswith("render")}
-    compile_s = _compile_share("gpu-pyspy-raw.txt")
-    return _lines(
-        "tokens_only",
-        date=run["start"]["machine"]["date"],
-        raw=f"{raw:.1f}",
-        raw_lp=f"{raw_lp:.1f}",
-        cost=f"{(1 - raw_lp / raw) * 100:.0f}",
-        cost_before=f"{before_cost * 100:.0f}",
-        clients=http["clients"],
-        http=f"{http['docs_per_s']['http']:.1f}",
-        http_raw=f"{http['docs_per_s']['raw']:.1f}",
-        http_ratio=f"{http['ratio']:.2f}",
-        ours=f"{ours:.1f}",
-        ours_raw=f"{ours / raw:.2f}",
-        ours_raw_lp=f"{ours / raw_lp:.2f}",
-        off_ratio=f"{_rate(p1['extractor_ungrounded']) / _rate(p1['raw_ungrounded']):.2f}",
-        render=f"{sum(stages.values()):.2f}",
-        render_before=f"{sum(stages_before.values()):.2f}",
-        compile_s=f"{compile_s:.1f}",
-        compile_ms=f"{compile_s / 0.7:.0f}",
-    )
-
-
-def front_end() -> list[str]:
-    """Where vLLM's front end runs: a process of its own vs the service's (same host, back to back)."""
-    shared, own = _load("p1-shared"), _load("p1-own-ends-in-child")
-    rows = []
-    for name, run in ((_text("front_end_shared"), shared), (_text("front_end_own"), own)):
-        p = run["p1"]
-        r, r_off = _rate(p["raw"]), _rate(p["raw_ungrounded"])
-        rows.append(
-            f"| {name} | {_rate(p['extractor']):.1f} | {r:.1f} | {_rate(p['extractor']) / r:.2f} "
-            f"| {_rate(p['extractor_ungrounded']):.1f} | {r_off:.1f} | {_rate(p['extractor_ungrounded']) / r_off:.2f} "
-            f"| {_rate(p['extractor_one_attempt']):.1f} |"
-        )
-    skip = _load("p1-skip")["p1_http"]
-    own_http = _load("p1-own")["p1_http"]
-    return _lines(
-        "front_end",
-        rows="\n".join(rows),
-        raw_shared=f"{_rate(shared['p1']['raw']):.0f}",
-        raw_own=f"{_rate(own['p1']['raw']):.0f}",
-        http_skip=f"{skip['docs_per_s']['http']:.0f}",
-        http_own=f"{own_http['docs_per_s']['http']:.0f}",
-        ratio_skip=f"{skip['ratio']:.2f}",
-        ratio_own=f"{own_http['ratio']:.2f}",
-    )
-
-
-def _p5(run: dict[str, Any], layout: str, side: str) -> float:
-    return float(run[layout][side]["tok_s"] / run[layout]["free"]["tok_s"])
-
-
-def logprobs_cost() -> list[str]:
-    """What the confidences' logprobs cost P1 (one host, A-B), and the batch's concurrency above vLLM's."""
-    asked, dropped = _load("p1-logprobs-asked"), _load("p1-logprobs-dropped")
-    again = _load("p1-logprobs-asked-2")
-    head, more = _load("p1-c256"), _load("p1-c384")
-    rows = []
-    again_logprobs = _rate(again["p1"]["extractor"]) / _rate(again["p1"]["raw_logprobs"])
-    for label, run in (
-        (_text("logprobs_asked"), asked),
-        (_text("logprobs_dropped"), dropped),
-        (_text("logprobs_again", again=f"{again_logprobs:.2f}"), again),
-    ):
-        p1 = run["p1"]
-        ours, raw = _rate(p1["extractor"]), _rate(p1["raw"])
-        off, raw_off = _rate(p1["extractor_ungrounded"]), _rate(p1["raw_ungrounded"])
-        rows.append(
-            f"| {label} | {ours:.1f} | {raw:.1f} | **{ours / raw:.2f}** | {off:.1f} | {raw_off:.1f} "
-            f"| **{off / raw_off:.2f}** |"
-        )
-    wide = []
-    for run in (head, more):
-        p1 = run["p1"]
-        wide.append(
-            f"{run['start']['concurrency']} at once: {_rate(p1['extractor']):.1f} vs {_rate(p1['raw']):.1f} docs/s "
-            f"= {_rate(p1['extractor']) / _rate(p1['raw']):.2f}"
-        )
-    return _lines(
-        "logprobs_cost",
-        date=asked["start"]["machine"]["date"],
-        rows="\n".join(rows),
-        raw_lp=f"{_rate(asked['p1']['raw_logprobs']):.1f}",
-        raw=f"{_rate(asked['p1']['raw']):.1f}",
-        wide_first=wide[0],
-        wide_second=wide[1],
-    )
-
-
-def levers() -> list[str]:
-    """The mask levers of 2026-12-05, one staging A-B-C-A (``mask_levers.md``)."""
-    if not mask_fill.LEVER_RUNS:
-        return []
-    return _lines("levers", table="\n".join(mask_fill.lever_table(mask_fill.LEVER_RUNS)))
-
-
-def same_answers() -> list[str]:
-    """P5 against free text of the same answers, as shipped (the method since 2026-12-04; ``mask_fill.md``)."""
-    shipped = [p for p in mask_fill.SAME_RUNS if not mask_fill.tries_a_lever(json.loads(p.read_text(encoding="utf-8")))]
-    if not shipped:
-        return []
-    return _lines("same_answers", table=mask_fill.same_answers(shipped))
-
-
-def grammar_form() -> list[str]:
-    """P5 with the substring grammar as shipped (lean) and as before, one host."""
-    lean, full = (json.loads((RAW / f"mask-fill-16-{n}.json").read_text(encoding="utf-8")) for n in ("lean", "full"))
-    rows = [
-        f"| {label} | {_p5(run, 'per_task', 'schema'):.2f} | {_p5(run, 'per_task', 'grounded'):.2f} "
-        f"| {_p5(run, 'mixed', 'schema'):.2f} | {_p5(run, 'mixed', 'grounded'):.2f} |"
-        for label, run in ((_text("grammar_lean"), lean), (_text("grammar_full"), full))
-    ]
-    return _lines("grammar_form", date=lean["machine"]["date"], rows="\n".join(rows))
-
-
-def _ratio(run: dict[str, Any]) -> str:
-    return f"{run['docs_per_s']['http']:.1f} vs {run['docs_per_s']['raw']:.1f} docs/s = **{run['ratio']:.2f}**"
-
-
 def markdown() -> str:
-    engine, http, xgrammar, serve, quality = (_load(n) for n in ("engine", "http", "xgrammar", "serve", "eval"))
+    engine, http, serve, quality = (_load(n) for n in ("engine", "http", "serve", "eval"))
     m = engine["start"]["machine"]
     latest = _load(LATEST)
     p1 = latest["p1"]
     raw, raw_off = _rate(p1["raw"]), _rate(p1["raw_ungrounded"])
     raw_lp = _rate(p1["raw_logprobs"])
     ours, ours_off, one = _rate(p1["extractor"]), _rate(p1["extractor_ungrounded"]), _rate(p1["extractor_one_attempt"])
-    before = engine["p1"]
     over_http = latest["p1_http"]
     rates = over_http["docs_per_s"]
     passes = {k: ", ".join(f"{x:.2f}" for x in p1[k]["passes_s"]) for k in ("extractor", "raw", "raw_logprobs")}
@@ -240,10 +99,7 @@ def markdown() -> str:
         cpu_total=cpu[0].removeprefix("bench: "),
         cpu_stages="; ".join(" ".join(ln.split()) for ln in cpu[1:] if ln.strip()),
     )
-    lines += ["", *tokens_only()]
-    lines += ["", *logprobs_cost()]
-    lines += ["", *front_end()]
-    b_raw = _rate(before["raw"])
+    lines += _lines("findings")
     own = {k: v for k, v in p1["extractor"].get("stages", {}).items() if not k.startswith("generate")}
     pass_rows = []
     for side, rows in over_http["passes"].items():
@@ -252,27 +108,10 @@ def markdown() -> str:
             busy = ", ".join(f"{k} {v:.2f}" for k, v in list(r["cpu"].items())[:3])
             p50 = f"{r['p50_s']:.2f}" if r.get("p50_s") is not None else "—"
             pass_rows.append(f"| {label} | {r['seconds']:.2f} | {r['docs'] / r['seconds']:.1f} | {p50} | {busy} |")
-    p5 = engine["p5"]
-    p5_rows = []
-    for run in (p5, xgrammar.get("p5")):
-        if not run:
-            continue
-        free = _tok_rate(run["free"])
-        for key in ("free", "schema", "grounded"):
-            if key in run:
-                side = run[key]
-                p5_rows.append(
-                    f"| {run['backend']} | {key} | {side['docs']} | {_tok_rate(side):,.0f} | {_rate(side):.1f} | "
-                    f"{_tok_rate(side) / free:.2f} | {side['completion_tokens'] / side['docs']:.1f} |"
-                )
     lines += [
         "",
         *_lines(
             "before",
-            ours=f"{_rate(before['extractor']):.1f}",
-            raw=f"{b_raw:.1f}",
-            ratio=f"{_rate(before['extractor']) / b_raw:.2f}",
-            off_ratio=f"{_rate(before['extractor_ungrounded']) / _rate(before['raw_ungrounded']):.2f}",
             attempts=p1["extractor"]["attempts"],
             docs=p1["extractor"]["docs"],
             tokens=f"{p1['extractor']['completion_tokens']:,}",
@@ -280,34 +119,10 @@ def markdown() -> str:
             stages=", ".join(f"{k} {v * 1000:.0f} ms" for k, v in own.items()),
             per_doc=f"{sum(own.values()) * 1000 / p1['extractor']['docs']:.2f}",
             rows="\n".join(pass_rows),
-            httpx=_ratio(_load("p1http-httpx")["p1_http"]),
-            aiohttp=_ratio(_load("p1http-aiohttp")["p1_http"]),
-            aiohttp_700=_ratio(_load("p1http-aiohttp-700")["p1_http"]),
-            latest=_ratio(over_http),
-            max_tokens=p5["max_tokens"],
-            p5_rows="\n".join(p5_rows),
+            latest=f"{rates['http']:.1f} vs {rates['raw']:.1f} docs/s = **{over_http['ratio']:.2f}**",
         ),
     ]
-    matched = _load("p1http-aiohttp").get("p5") or {}
-    if matched.get("free_matched"):
-        free_m = _tok_rate(matched["free_matched"])
-        rows = []
-        for layout, run, free_at in (
-            ("per task", matched, free_m),
-            ("mixed", matched.get("mixed", {}), _tok_rate(matched["mixed"]["free_matched"])),
-        ):
-            for key in ("free_matched", "schema", "grounded"):
-                side = run[key]
-                rows.append(
-                    f"| {key.replace('_', ' at ')}, {layout} | {side['docs']} | {_tok_rate(side):,.0f} | "
-                    f"{_rate(side):.1f} | **{_tok_rate(side) / free_at:.2f}** | "
-                    f"{side['completion_tokens'] / side['docs']:.1f} |"
-                )
-        lines += _lines("matched", max_tokens=matched["free_matched"]["max_tokens"], rows="\n".join(rows))
-    lines += _lines("p5_target")
-    masks = list(mask_fill.RUNS)
-    if all(p.is_file() for p in masks):
-        lines += [*_lines("masks", mask_fill=mask_fill.render(masks)), *grammar_form(), *same_answers(), *levers()]
+    lines += _lines("p5")
     g = engine["grounded_by_length"]
     length_rows = []
     for r, c in zip(g["throughput"], g["compile"], strict=False):

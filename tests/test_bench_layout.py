@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
 
 
 def bench_imports() -> dict[str, set[str]]:
@@ -51,3 +53,29 @@ def test_the_suite_imports_no_experiment() -> None:
     assert {name: sorted(d for d in graph[name] if d.startswith("bench.experiments.")) for name in suite} == {
         name: [] for name in suite
     }
+
+
+def _pages() -> dict[Path, str]:
+    """The documentation's pages (the site's and the README) and the benchmark results pages."""
+    paths = [
+        *(ROOT / "docs").rglob("*.md"),
+        ROOT / "README.md",
+        *(BENCH / "results").glob("*.md"),
+        BENCH / "gpu" / "README.md",
+    ]
+    return {path: path.read_text(encoding="utf-8") for path in paths}
+
+
+def test_an_experiment_stays_while_a_page_names_it() -> None:
+    text = "\n".join(_pages().values())
+    names = [p.stem for p in (BENCH / "experiments").glob("*.py") if p.name != "__init__.py"]
+    assert [n for n in names if f"bench.experiments.{n}" not in text and f"bench/experiments/{n}.py" not in text] == []
+
+
+def test_the_guides_name_only_bench_commands_that_exist() -> None:
+    """A command the site or the README gives (``python -m bench.X``) names a module of the tree."""
+    guides = {p: text for p, text in _pages().items() if BENCH not in p.parents}
+    named = {m for text in guides.values() for m in re.findall(r"python3? -m (bench(?:\.[a-z_]+)+)", text)}
+    assert {"bench.gpu_bench", "bench.experiments.lifecycle"} <= named
+    paths = {m: ROOT.joinpath(*m.split(".")) for m in named}
+    assert sorted(m for m, p in paths.items() if not p.with_suffix(".py").is_file() and not p.is_dir()) == []

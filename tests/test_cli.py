@@ -84,9 +84,9 @@ def test_model_not_prepared_names_the_command(tmp_path: Path) -> None:
 
 
 def test_engine_logs_never_reach_stdout(capfd: pytest.CaptureFixture[str]) -> None:
-    from extractor.cli import _engine_output_to_stderr
+    from extractor.cli.output import engine_output_to_stderr
 
-    with _engine_output_to_stderr():
+    with engine_output_to_stderr():
         os.write(1, b"INFO vllm log line\n")  # as vLLM's spawned workers do, below Python's sys.stdout
     print('{"ok": true}')
     out, err = capfd.readouterr()
@@ -139,6 +139,35 @@ def _commands(
             for name, sub in action.choices.items():
                 yield " ".join((*path, name)), sub
                 yield from _commands(sub, (*path, name))
+
+
+def test_every_command_answers_its_help(capsys: pytest.CaptureFixture[str]) -> None:
+    """Each command's module registers it (extractor/cli/), in the order the top-level help lists them."""
+    from extractor.cli import build_parser
+
+    parser = build_parser()
+    names = [name for name, _ in _commands(parser)]
+    assert names == [
+        *("extract", "codegen", "tasks", "model", "batch", "eval", "examples", "examples import"),
+        *("review", "review list", "review export", "train", "calibrate", "tune", "serve", "mcp"),
+    ]
+    for name in names:
+        with pytest.raises(SystemExit) as exited:
+            parser.parse_args([*name.split(), "--help"])
+        assert exited.value.code == 0
+        assert capsys.readouterr().out.startswith(f"usage: extractor {name} [-h]")
+
+
+def test_the_console_script_and_python_m_run_the_same_command() -> None:
+    import importlib
+    import tomllib
+
+    scripts = tomllib.loads((repo_root() / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+    module, _, name = scripts["extractor"].partition(":")
+    assert getattr(importlib.import_module(module), name) is main
+    done = run_cli("--help")
+    assert done.returncode == 0 and "Structured extraction on vLLM." in done.stdout
+    assert "{extract,codegen,tasks,model,batch,eval,examples,review,train,calibrate,tune,serve,mcp}" in done.stdout
 
 
 def test_every_commands_help_fits_a_screen(monkeypatch: pytest.MonkeyPatch) -> None:

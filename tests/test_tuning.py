@@ -171,21 +171,21 @@ def test_a_task_on_another_model_leaves_its_adapter_with_a_warning(tmp_path: Pat
 
 
 def test_tune_tries_the_other_prepared_models_unless_told(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from extractor.cli import _models_to_try
+    from extractor.cli.tune import models_to_try
     from extractor.models import MODELS, prepared_models
 
     settings = Settings.from_env({}, home=tmp_path / "home")
     assert prepared_models(settings) == []
-    assert _models_to_try(settings, "default") == []
+    assert models_to_try(settings, "default") == []
     assert "`extractor model prepare --model gemma3-270m` lets tune measure it" in capsys.readouterr().err
     (settings.models_dir / MODELS["gemma3-270m"].dir_name).mkdir(parents=True)
     (settings.models_dir / MODELS["gemma3-270m"].dir_name / ".extractor-prepared").write_text("{}")
     assert prepared_models(settings) == ["gemma3-270m"]
-    assert _models_to_try(settings, "default") == ["gemma3-270m"]
-    assert _models_to_try(settings, "gemma3-270m") == []  # a task already on it
-    assert _models_to_try(settings, "default", others=False) == []  # --no-try-model
-    assert _models_to_try(settings, "default", asked=["/models/mine"]) == ["/models/mine"]  # --try-model
-    assert _models_to_try(settings.with_(engine="scripted"), "default") == []
+    assert models_to_try(settings, "default") == ["gemma3-270m"]
+    assert models_to_try(settings, "gemma3-270m") == []  # a task already on it
+    assert models_to_try(settings, "default", others=False) == []  # --no-try-model
+    assert models_to_try(settings, "default", asked=["/models/mine"]) == ["/models/mine"]  # --try-model
+    assert models_to_try(settings.with_(engine="scripted"), "default") == []
     task = _catalog(tmp_path).get("trip")
     plan = tuning.plan_text(task, tuning.candidates(task, ks=(0,)), lines=10, models=["gemma3-270m"])
     assert (

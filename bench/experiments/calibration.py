@@ -264,7 +264,7 @@ def render(rows: list[dict[str, Any]]) -> Path:
             "calibration (one map for all values) and not run again since.\n"
         )
     out.write_text(
-        "# Confidence: calibration and the catch rate (`python -m bench.calibration`)\n\n"
+        "# Confidence: calibration and the catch rate (`python -m bench.experiments.calibration`)\n\n"
         "Each task calibrated on its own pool (cross-fitted; with an adapter, the lines its training held out), "
         "then scored on the dev set. The calibration fits one isotonic map per verdict of the pool on the value "
         "(agrees, differs, unseen, other) that had 25 values or more, and one for all values; catch@20%, one "

@@ -108,7 +108,8 @@ def main() -> None:
         "# Grounded values: one clause or the whole text",
         "",
         f"{m['date']}, {m['cores']} CPU cores, default model, grounded decoding by substring grammar. "
-        f"`python -m bench.clauses --per-intent {args.per_intent}`, {(time.perf_counter() - started) / 60:.0f} min.",
+        f"`python -m bench.experiments.clauses --per-intent {args.per_intent}`, "
+        f"{(time.perf_counter() - started) / 60:.0f} min.",
         "",
         "| data | rule | docs | F1 | P | R | values across clause punctuation | docs/s |",
         "|---|---|---:|---:|---:|---:|---:|---:|",

@@ -152,7 +152,7 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [
         "# Documents in: conversion, end to end, bad documents",
         "",
-        f"Machine: {report['machine']}; `python -m bench.documents{report['args']}`.",
+        f"Machine: {report['machine']}; `python -m bench.experiments.documents{report['args']}`.",
         "",
         "| measure | value |",
         "| --- | --- |",

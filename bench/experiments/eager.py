@@ -57,7 +57,7 @@ def render() -> None:
         f"{m['date']}, {m['cores']} cores ({m['cpu']}), {m['memory']}, vLLM {m.get('vllm', '?')}: `extractor eval` "
         f"on the first {first['per_task']} SNIPS dev lines of each task ({first['docs']} lines) as shipped (the "
         "SNIPS adapter merged: two engines), compiled then eager, one after the other "
-        "(`python -m bench.eager`). Start: the command's wall time less the evaluation's own.",
+        "(`python -m bench.experiments.eager`). Start: the command's wall time less the evaluation's own.",
         ["vLLM", "start s", "docs/s", "F1", "schema-valid", "wall s"],
         rows,
     )

@@ -87,7 +87,7 @@ def render(rows: Sequence[dict[str, Any]]) -> None:
         "",
         "The analyst's task `bench/tasks/zh_entities/` (schema + prompt, no code), its pool the first N lines of "
         "`../shared/eval/cluener/pool.jsonl`, scored on `dev.jsonl` (the first `dev lines`) with `extractor eval`'s "
-        "code: `python -m bench.new_task` (raw rows: [raw/learning_curve.json](raw/learning_curve.json)). "
+        "code: `python -m bench.experiments.new_task` (raw rows: [raw/learning_curve.json](raw/learning_curve.json)). "
         "*retrieval*: the base model with 3 retrieved examples; *adapter*: `extractor train`'s code on the pool, "
         "served as the task's adapter (merged), no examples.",
         "",

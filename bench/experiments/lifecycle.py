@@ -58,7 +58,12 @@ def write(run: str, checks: dict[str, bool], figures: dict[str, Any], table: Seq
     raw = {"run": run, "ok": ok, "checks": checks, "figures": figures, "machine": machine()}
     (RESULTS / "raw").mkdir(parents=True, exist_ok=True)
     (RESULTS / "raw" / f"lifecycle_{run}.json").write_text(json.dumps(raw, indent=2) + "\n")
-    lines = [f"# lifecycle: {run}", "", f"`python -m bench.lifecycle {' '.join(sys.argv[1:])}` on {machine()}", ""]
+    lines = [
+        f"# lifecycle: {run}",
+        "",
+        f"`python -m bench.experiments.lifecycle {' '.join(sys.argv[1:])}` on {machine()}",
+        "",
+    ]
     lines += [*table, "", "| guarantee | held |", "|---|---|"]
     lines += [f"| {name} | {'yes' if held else '**NO**'} |" for name, held in checks.items()]
     (RESULTS / f"lifecycle_{run}.md").write_text("\n".join(lines) + "\n")

@@ -123,7 +123,8 @@ def render() -> None:
     lines = [
         "# Many task adapters on one GPU: merged engines vs one engine with multi-LoRA",
         "",
-        "Copies of the shipped SNIPS tasks, each with its own copy of `adapters/snips` (`bench/many_adapters.py`);",
+        "Copies of the shipped SNIPS tasks, each with its own copy of `adapters/snips` "
+        "(`bench/experiments/many_adapters.py`);",
         "SNIPS dev spread over the copies (4 adapters: the 400 lines of the first 4 intents), 256 clients,",
         "one warm-up item per task first. Commands: `bench/gpu/README.md`.",
         "",

@@ -59,7 +59,8 @@ def report(times: dict[str, list[float]], answers: dict[str, Any], *, engine: st
     lines = [
         f"# Round trip over MCP vs `POST /extract/{TASK}` ({engine} engine)",
         "",
-        f"`python -m bench.mcp_latency --engine {engine} --pairs {pairs}`: one request at a time, the paths "
+        f"`python -m bench.experiments.mcp_latency --engine {engine} --pairs {pairs}`: one request at a time, "
+        "the paths "
         f"alternated (A-B, B-A, ...), {pairs} of each after a warm-up pair; {platform.machine()}, "
         f"{os.cpu_count()} cores, Python {platform.python_version()}.",
         "",

