@@ -170,24 +170,28 @@ def test_a_task_on_another_model_leaves_its_adapter_with_a_warning(tmp_path: Pat
     assert task.adapter is None and any("its adapter" in w and "is not used" in w for w in task.warnings)
 
 
-def test_tune_tries_the_other_prepared_models_unless_told(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from extractor.cli.tune import models_to_try
+def test_tune_tries_the_other_packaged_models_unless_told(tmp_path: Path) -> None:
+    from extractor.cli.tune import models_to_try, unprepared
     from extractor.models import MODELS, prepared_models
 
     settings = Settings.from_env({}, home=tmp_path / "home")
     assert prepared_models(settings) == []
-    assert models_to_try(settings, "default") == []
-    assert "`extractor model prepare --model gemma3-270m` lets tune measure it" in capsys.readouterr().err
+    # Every other packaged model is tried, prepared first where it is not (within the budget).
+    assert models_to_try(settings, "default") == ["gemma3-270m"]
+    assert unprepared(settings, ["gemma3-270m", "/models/mine"]) == ["gemma3-270m"]
     (settings.models_dir / MODELS["gemma3-270m"].dir_name).mkdir(parents=True)
     (settings.models_dir / MODELS["gemma3-270m"].dir_name / ".extractor-prepared").write_text("{}")
-    assert prepared_models(settings) == ["gemma3-270m"]
+    assert prepared_models(settings) == ["gemma3-270m"] and unprepared(settings, ["gemma3-270m"]) == []
     assert models_to_try(settings, "default") == ["gemma3-270m"]
-    assert models_to_try(settings, "gemma3-270m") == []  # a task already on it
+    assert models_to_try(settings, "gemma3-270m") == ["default"]  # a task on Gemma tries the default model
     assert models_to_try(settings, "default", others=False) == []  # --no-try-model
     assert models_to_try(settings, "default", asked=["/models/mine"]) == ["/models/mine"]  # --try-model
     assert models_to_try(settings.with_(engine="scripted"), "default") == []
     task = _catalog(tmp_path).get("trip")
-    plan = tuning.plan_text(task, tuning.candidates(task, ks=(0,)), lines=10, models=["gemma3-270m"])
+    plan = tuning.plan_text(
+        task, tuning.candidates(task, ks=(0,)), lines=10, models=["gemma3-270m"], preparing=["gemma3-270m"]
+    )
+    assert "after preparing gemma3-270m" in plan
     assert (
         "then the winner on gemma3-270m" in plan
         and f"{(len(tuning.candidates(task, ks=(0,))) + 1) * 10} extractions" in plan

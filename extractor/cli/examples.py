@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         pooled = Catalog.load(settings.tasks_dir, backend=settings.grammar_backend).tasks.get(task.name)
         if pooled is not None:
             own = pooled.settings.model or settings.model
-            models = models_to_try(settings, own, say=False)
+            models = models_to_try(settings, own)
             plan = tuning.plan_text(pooled, tuning.candidates(pooled), lines=min(100, len(lines)), models=models)
             print(plan, file=sys.stderr)
     return 0

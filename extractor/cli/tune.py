@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 from extractor.cli.output import engine_output_to_stderr
 from extractor.cli.settings import add_settings, settings_from
 from extractor.config import Settings
 from extractor.errors import ExtractorError
+from extractor.models import MODELS, prepare_model, prepared_models
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -28,7 +30,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         action="append",
         metavar="MODEL",
         help="also try this model with the settings that won; repeatable (default: every other packaged "
-        "model prepared here, e.g. gemma3-270m)",
+        "model, e.g. gemma3-270m, prepared first where it is not)",
     )
     tune.add_argument(
         "--no-try-model", dest="try_others", action="store_false", help="measure the task's own model only"
@@ -61,7 +63,14 @@ def run(args: argparse.Namespace) -> int:
     cases = fitting.own_cases(task, lines=args.lines, folds=args.folds, seed=args.seed)
     own = task.settings.model or extractor.settings.model
     others = models_to_try(extractor.settings, own, asked=args.try_model, others=args.try_others)
-    print(tuning.plan_text(task, options, lines=len(cases), models=others), file=sys.stderr)
+    preparing = unprepared(extractor.settings, others)
+    print(tuning.plan_text(task, options, lines=len(cases), models=others, preparing=preparing), file=sys.stderr)
+    budget = args.budget
+    for name in preparing:  # a one-time conversion of packaged weights, counted in the budget
+        started = time.perf_counter()
+        print(f"preparing {name} (`extractor model prepare --model {name}`; --no-try-model skips it)", file=sys.stderr)
+        prepare_model(extractor.settings.with_(model=name))
+        budget = None if budget is None else budget - (time.perf_counter() - started)
 
     def shown(row: tuning.Row) -> None:
         m = row.metrics
@@ -78,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
                 extractor.arun,
                 cases,
                 options,
-                budget_s=args.budget,
+                budget_s=budget,
                 concurrency=args.concurrency or extractor.settings.max_num_seqs,
                 on_row=shown,
                 models=others,
@@ -112,25 +121,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def models_to_try(
-    settings: Settings, own: str, *, asked: list[str] | None = None, others: bool = True, say: bool = True
-) -> list[str]:
+def models_to_try(settings: Settings, own: str, *, asked: list[str] | None = None, others: bool = True) -> list[str]:
     """The models ``tune`` tries beside the task's own.
 
-    ``asked`` (``--try-model``), else every other packaged model prepared here (``others``: not with
-    ``--no-try-model``, nor on a remote or scripted engine).
+    ``asked`` (``--try-model``), else every other packaged model, prepared here or not (``others``:
+    not with ``--no-try-model``, nor on a remote or scripted engine).
     """
-    from extractor.models import MODELS, prepared_models
-
     if asked is not None:
         return [m for m in asked if m != own]
     if not others or settings.engine != "vllm":
         return []
+    return [m for m in MODELS if m != own]
+
+
+def unprepared(settings: Settings, models: list[str]) -> list[str]:
+    """The packaged ones of ``models`` not yet converted here: tune prepares them first."""
     ready = prepared_models(settings)
-    for name in MODELS:
-        if say and name != own and name not in ready:
-            print(
-                f"model {name} is not tried: `extractor model prepare --model {name}` lets tune measure it",
-                file=sys.stderr,
-            )
-    return [m for m in ready if m != own]
+    return [m for m in models if m in MODELS and m not in ready]

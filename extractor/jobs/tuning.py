@@ -276,10 +276,12 @@ def plan_text(
     lines: int,
     seconds_per_line: float | None = None,
     models: Sequence[str] = (),
+    preparing: Sequence[str] = (),
 ) -> str:
     """What ``tune`` would measure, and about how long it would take (``seconds_per_line``: measured here).
 
-    ``models``: other models tried last with the winning settings, a candidate each.
+    ``models``: other models tried last with the winning settings, a candidate each; ``preparing``:
+    those of them converted first (packaged weights not prepared here), within the budget.
     """
     runs = (len(options) + len(models)) * lines
     if seconds_per_line is not None:
@@ -290,5 +292,6 @@ def plan_text(
         f"`extractor tune {task.name}` would measure {len(options)} candidate settings "
         f"({'; '.join(c.label for c in options)})"
         + (f", then the winner on {', '.join(models)}" if models else "")
+        + (f" (after preparing {', '.join(preparing)}: about a minute each, within the budget)" if preparing else "")
         + f" on {lines} pool lines held out in folds: {runs} extractions{took}"
     )
