@@ -349,19 +349,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_mcp(args: argparse.Namespace) -> int:
-    import asyncio
-
-    from extractor.api import Extractor
     from extractor.server.mcp import stdio
 
-    extractor = Extractor(settings=_settings(args))
-    for error in extractor.catalog.errors:
-        print(f"task left out: {error}", file=sys.stderr)
-    try:
-        asyncio.run(stdio.serve(extractor))  # until the client closes stdin, or SIGTERM/SIGINT
-    finally:
-        extractor.close()
-    return 0
+    return stdio.run(_settings(args))  # stdout is the protocol's alone from here to exit
 
 
 def _cmd_batch(args: argparse.Namespace) -> int:
