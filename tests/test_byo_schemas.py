@@ -115,7 +115,8 @@ def test_check_finds_each_keyword_and_leaves_it_out() -> None:
     }
     assert checked.formats == (("#/properties/link/format", "uri-reference"),) and checked.error is None
     props = checked.schema["properties"]
-    assert "uniqueItems" not in props["tags"] and "pattern" not in props["name"] and "anyOf" in props["kind"]
+    assert "uniqueItems" not in props["tags"] and "pattern" not in props["name"] and "oneOf" in props["kind"]
+    assert checked.schema["x-guidance"] == {"coerce_one_of": True}  # every oneOf decoded as anyOf, by llguidance
     assert not llguidance.LLMatcher.validate_grammar_with_warnings(grammar(checked.schema))[0]
     assert "uniqueItems" in schema["properties"]["tags"]  # the caller's schema is left alone
 

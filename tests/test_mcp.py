@@ -16,11 +16,13 @@ from typing import Any
 
 import httpx2
 import jsonschema
+import mcp.client.stdio
 import mcp_types as types
 import pytest
 import uvicorn
 from fastapi import FastAPI
 from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from extractor import Catalog, Extractor, ScriptedEngine, Settings
@@ -29,7 +31,7 @@ from extractor.engines.base import GenerationRequest
 from extractor.errors import EngineNotReadyError, OverloadedError
 from extractor.review.store import ReviewStore
 from extractor.server import create_app
-from extractor.server.mcp import tools
+from extractor.server.mcp import server, tools
 from extractor.server.mcp.server import TaskTools
 from extractor.server.protocol import ExtractRequest
 from extractor.server.reloading import CatalogReloader
@@ -37,6 +39,7 @@ from extractor.server.service import Service
 
 from .conftest import LANDMARK_TEXT, landmark
 from .live import free_port
+from .mcp_noisy_server import NOISE
 from .test_reload import write, write_probe
 
 KEY = "k-mcp-7c1e9a20"
@@ -208,6 +211,61 @@ async def test_admission_and_time_limits_hold(root: Path, tmp_path: Path) -> Non
             timed_out = await first
             assert timed_out.is_error and (timed_out.meta or {})[tools.ERROR_META]["error"] == "timeout"
         assert service.admission.admitted == 0
+    finally:
+        service.review.close()
+
+
+class SlowStart(ScriptedEngine):
+    """The scripted model (:func:`respond`), whose start takes ``start_s`` seconds (or fails after them)."""
+
+    def __init__(self, start_s: float, *, fails: bool = False) -> None:
+        super().__init__(respond=respond)
+        self.start_s, self.fails = start_s, fails
+
+    async def start(self) -> None:
+        await asyncio.sleep(self.start_s)
+        if self.fails:
+            raise RuntimeError("no model here")
+
+
+@pytest.mark.parametrize("wait_for_engine", [True, False])
+async def test_a_call_while_the_engine_starts_waits_over_stdio_past_the_request_limit(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wait_for_engine: bool
+) -> None:
+    """Over stdio the first call waits for the start however long it takes; over HTTP it is a 503 at once."""
+    monkeypatch.setattr(server, "PROGRESS_EVERY_S", 0.3)
+    settings = Settings.from_env({}, home=tmp_path / "home", engine="scripted", tasks_dir=root, request_timeout_s=0.5)
+    service = Service(Extractor(settings=settings, engine=SlowStart(1.5)))
+    service.review.open()
+    told: list[str] = []
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        told.append(message or "")
+
+    try:
+        async with Client(TaskTools(service, wait_for_engine=wait_for_engine).server, mode="legacy") as client:
+            service.begin_start()
+            result = await client.call_tool("landmark_slots", {"text": LANDMARK_TEXT}, progress_callback=progress)
+        if wait_for_engine:  # a start three times the request's limit: the call still gets its answer
+            assert not result.is_error, result.content
+            assert result.structured_content["country"] == "西班牙"
+            assert told and all(m.startswith("the engine is starting") for m in told), told
+        else:
+            assert result.is_error and (result.meta or {})[tools.ERROR_META]["status"] == 503
+    finally:
+        await service.stop()
+        service.review.close()
+
+
+async def test_a_call_while_the_engine_fails_to_start_says_why(root: Path, tmp_path: Path) -> None:
+    settings = Settings.from_env({}, home=tmp_path / "home", engine="scripted", tasks_dir=root)
+    service = Service(Extractor(settings=settings, engine=SlowStart(0.2, fails=True)))
+    service.review.open()
+    try:
+        async with Client(TaskTools(service, wait_for_engine=True).server, mode="legacy") as client:
+            service.begin_start()
+            result = await client.call_tool("landmark_slots", {"text": LANDMARK_TEXT})
+        assert result.is_error and "the engine failed to start: RuntimeError: no model here" in result.content[0].text  # type: ignore[union-attr]
     finally:
         service.review.close()
 
@@ -400,3 +458,64 @@ def test_stdio_ends_on_sigterm(root: Path, tmp_path: Path) -> None:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+async def test_over_stdio_stdout_holds_nothing_but_the_protocol_and_a_call_at_once_waits(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole session's stdout, byte for byte, parses line by line as JSON-RPC; the noise went to stderr.
+
+    The engine (tests/mcp_noisy_server.py) writes to stdout as vLLM's does (loggers, prints, a raw
+    descriptor 1, child processes; when built, started, closed and at exit) and takes 3 s to start;
+    the first call is sent the moment the handshake is done, and gets its answer.
+    """
+    raw, errors = tmp_path / "stdout.raw", tmp_path / "stderr.txt"
+    server = ["-m", "tests.mcp_noisy_server", "--tasks-dir", str(root), "--home", str(tmp_path / "home")]
+    parameters = StdioServerParameters(  # tee keeps a copy of every byte the server writes to its stdout
+        command="sh",
+        args=["-c", '"$@" | tee "$RAW"', "sh", sys.executable, *server],
+        env={"PYTHONPATH": str(repo_root()), "RAW": str(raw), "PATH": os.environ["PATH"]},
+        cwd=str(repo_root()),
+    )
+    # the SDK gives a server 2 s after stdin closes; here it gets the time to close and exit on its own
+    monkeypatch.setattr(mcp.client.stdio, "PROCESS_TERMINATION_TIMEOUT", 30.0)
+    with errors.open("w", encoding="utf-8") as errlog:
+        async with Client(stdio_client(parameters, errlog=errlog), mode="legacy") as client:
+            result = await client.call_tool("landmark_slots", {"text": EIFFEL})  # the engine is starting
+            assert not result.is_error, result.content
+            assert result.structured_content["city"] == "巴黎"
+            assert "landmark_slots" in {t.name for t in (await client.list_tools()).tools}
+    lines = raw.read_bytes().decode("utf-8").splitlines()
+    messages = [types.jsonrpc_message_adapter.validate_json(line, by_name=False) for line in lines]
+    assert len(messages) >= 3 and NOISE not in raw.read_text(encoding="utf-8")  # initialize, the call, the list
+    told = errors.read_text(encoding="utf-8")
+    for where in ("engine built", "engine start", "engine started", "engine close", "at exit"):
+        for kind in ("print", "logger", "fd1", "child"):
+            assert f"{NOISE} {kind} {where}" in told, (kind, where, told[-2000:])
+
+
+@pytest.mark.engine
+async def test_over_stdio_on_the_real_engine_stdout_holds_nothing_but_the_protocol(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`extractor mcp` on vLLM: the first call, sent while the model loads, is answered; stdout is JSON-RPC only.
+
+    vLLM logs to stdout by default (its engine core is a child process), at start and at shutdown.
+    """
+    raw, errors = tmp_path / "stdout.raw", tmp_path / "stderr.txt"
+    command = [sys.executable, "-m", "extractor.cli", "mcp", "--tasks-dir", str(root), "--home", str(tmp_path / "home")]
+    parameters = StdioServerParameters(
+        command="sh",
+        args=["-c", '"$@" | tee "$RAW"', "sh", *command, "--no-watch"],
+        env={**os.environ, "PYTHONPATH": str(repo_root()), "RAW": str(raw)},
+        cwd=str(repo_root()),
+    )
+    monkeypatch.setattr(mcp.client.stdio, "PROCESS_TERMINATION_TIMEOUT", 120.0)  # vLLM's shutdown takes seconds
+    with errors.open("w", encoding="utf-8") as errlog:
+        async with Client(stdio_client(parameters, errlog=errlog), mode="legacy") as client:
+            result = await client.call_tool("landmark_slots", {"text": LANDMARK_TEXT})  # vLLM is loading
+            assert not result.is_error, result.content
+            assert result.structured_content["name"]
+    lines = raw.read_bytes().decode("utf-8").splitlines()
+    assert len(lines) >= 2 and all(types.jsonrpc_message_adapter.validate_json(line, by_name=False) for line in lines)
+    assert "vllm" in errors.read_text(encoding="utf-8").lower()  # its log went to stderr

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jsonschema
 import pytest
 
 from extractor import Extractor, ScriptedEngine, Settings
@@ -257,6 +258,22 @@ async def test_a_bad_correction_is_422_naming_what_to_fix(
     message = response.json()["message"]
     assert problem in message and f"review item {item_id}: the correction does not fit task" in message
     assert "\n" not in message
+    assert (await sqlite_client.get(f"/review/{item_id}")).json()["status"] == "pending"
+    assert pool_lines(root) == before
+
+
+async def test_the_document_declares_a_corrections_data_an_answer_never_null(
+    sqlite_client: httpx.AsyncClient, engine: ScriptedEngine, root: Path
+) -> None:
+    document = (await sqlite_client.get("/openapi.json")).json()
+    body = document["paths"]["/review/{item_id}/correct"]["post"]["requestBody"]["content"]["application/json"]
+    declared = jsonschema.Draft202012Validator({**body["schema"], "components": document["components"]})
+    assert not declared.is_valid({"data": None}) and not declared.is_valid({"data": None, "nothing_found": True})
+    assert declared.is_valid({"data": RIGHT}) and declared.is_valid({"data": ["格拉纳达"]})  # a wrapped task's
+    before = pool_lines(root)
+    item_id = await queue(sqlite_client, engine)
+    refused = await sqlite_client.post(f"/review/{item_id}/correct", json={"data": None})
+    assert refused.status_code == 422 and "null is no answer" in refused.json()["message"]
     assert (await sqlite_client.get(f"/review/{item_id}")).json()["status"] == "pending"
     assert pool_lines(root) == before
 

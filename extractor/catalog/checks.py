@@ -17,7 +17,7 @@ from extractor import grounding, values
 from extractor.catalog import limits
 from extractor.catalog.settings import SETTINGS_KEY, TaskSettings, read_settings
 from extractor.config import GrammarBackend
-from extractor.constraints import decoding, grounded_decoding, task_schema
+from extractor.constraints import decoding, grounded_decoding, loosening, task_schema
 from extractor.errors import TaskError
 from extractor.examples.pool import Example
 from extractor.schema import join, resolve, types_of, walk
@@ -70,6 +70,8 @@ def check_all(
     examples = task_schema.wrap_examples(prepared, examples)
     # Value fields are decoded as their evidence: the model copies the words, the service types them.
     answer_schema = values.evidence_schema(schema) if typed_values else schema
+    if typed_values and backend == "guidance":  # evidence may overlap where the values did not
+        answer_schema = loosening.with_one_of_coerced(answer_schema)
     engine_schema = decoding.engine_schema(answer_schema)
     warnings += limits.check_compiles(
         where, engine_schema, backend=backend, allow_unenforced=settings.unenforced_allowed

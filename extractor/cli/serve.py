@@ -48,16 +48,6 @@ def run_serve(args: argparse.Namespace) -> int:
 
 def run_mcp(args: argparse.Namespace) -> int:
     """Serve the tasks as MCP tools on stdin/stdout until the client closes stdin."""
-    import asyncio
-
-    from extractor.api import Extractor
     from extractor.server.mcp import stdio
 
-    extractor = Extractor(settings=settings_from(args))
-    for error in extractor.catalog.errors:
-        print(f"task left out: {error}", file=sys.stderr)
-    try:
-        asyncio.run(stdio.serve(extractor))  # until the client closes stdin, or SIGTERM/SIGINT
-    finally:
-        extractor.close()
-    return 0
+    return stdio.run(settings_from(args))  # stdout is the protocol's alone from here to exit

@@ -60,6 +60,8 @@ _XGRAMMAR_FORMATS = frozenset(
     }
 )
 
+# llguidance's own options, read from the root of the schema it compiles: kept there, unlike our ``x-*`` keys.
+GUIDANCE = "x-guidance"
 # Keywords whose values are instance data (copied as is), and maps keyed by property names.
 _DATA_KEYS = frozenset({"const", "enum", "default", "examples"})
 _NAME_MAP_KEYS = (*SCHEMA_MAP_KEYS, "dependentRequired")
@@ -87,8 +89,15 @@ def unenforced_keywords(schema: Mapping[str, Any], backend: GrammarBackend) -> l
 
 
 def engine_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
-    """The schema as sent to the grammar backend: our ``x-*`` annotations removed."""
+    """The schema as sent to the grammar backend: our ``x-*`` annotations removed, llguidance's options kept.
+
+    The options (``x-guidance`` at the root) are set at load (:mod:`extractor.constraints.loosening`):
+    ``coerce_one_of`` where llguidance cannot prove a ``oneOf``'s branches disjoint.
+    """
     stripped: dict[str, Any] = _strip(schema)
+    options = schema.get(GUIDANCE)
+    if isinstance(options, Mapping):
+        stripped[GUIDANCE] = _data(dict(options))
     return stripped
 
 

@@ -8,11 +8,12 @@ llguidance adds keywords (``patternProperties``, ``minProperties``, ``multipleOf
 
 - it compiles: every keyword is enforced while decoding;
 - it does not: each subschema is compiled on its own (its children left free) to find which
-  keyword, where, and why; those keywords are left out of what decoding sees (``oneOf`` decoded
-  as ``anyOf``) and checked after generation only, with a load warning naming each, or, under a
-  task's ``strict_enforcement``, the task is refused naming them. Two refusals no one subschema
-  shows are found on the whole schema the same way: ``minProperties``/``maxProperties`` over
-  properties an ``allOf`` brings, and keywords beside a recursive ``$ref``;
+  keyword, where, and why; those keywords are left out of what decoding sees and checked after
+  generation only, with a load warning naming each, or, under a task's ``strict_enforcement``, the
+  task is refused naming them. The refusals no one subschema shows (``oneOf`` branches that may
+  overlap, keywords beside a recursive ``$ref``, property counts over properties an ``allOf``
+  brings, a reference to a subschema no value satisfies) are met on the whole schema by
+  :mod:`extractor.constraints.loosening`;
 - no value satisfies it (llguidance's "Unsatisfiable schema", e.g. a required property with
   ``minimum`` over ``maximum``): ``unsatisfiable`` names the subschema, and the task is refused.
 
@@ -33,6 +34,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from extractor.constraints import decoding
+from extractor.constraints.loosening import UNSATISFIABLE, Unenforced, coerced, loosen, one_of_unproved
 from extractor.schema import SUBSCHEMA_KEYS, types_of, walk
 
 # The formats llguidance 1.7.6 compiles (any other is a compile error).
@@ -64,23 +67,9 @@ _TOGETHER = {
     "minProperties": ("minProperties", "maxProperties"),
     "maxProperties": ("minProperties", "maxProperties"),
 }
-_UNSATISFIABLE = "Unsatisfiable schema"
-_MAX_CIRCULAR = 32  # recursive refs with keywords beside them, stripped one target at a time
-_ANNOTATIONS = frozenset(
-    {"title", "description", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly", "$id"}
-)
 _MAP_KEYS = ("properties", "patternProperties", "dependentSchemas")
 _LIST_KEYS = ("allOf", "anyOf", "prefixItems")
 _ONE_KEYS = SUBSCHEMA_KEYS
-
-
-@dataclass(frozen=True)
-class Unenforced:
-    """One keyword the grammar backend cannot hold decoding to."""
-
-    pointer: str  # of the keyword, in the schema checked
-    keyword: str
-    reason: str
 
 
 @dataclass(frozen=True)
@@ -93,6 +82,8 @@ class Decodable:
     error: str | None = None  # the backend cannot compile the schema even without those
     # Where no value satisfies the schema (llguidance's "Unsatisfiable schema"), the subschema to blame.
     unsatisfiable: str | None = None
+    # (pointer, why) of each subschema no value satisfies, whose references are decoded as ``false``.
+    impossible: tuple[tuple[str, str], ...] = ()
 
 
 def check(schema: Mapping[str, Any]) -> Decodable:
@@ -102,6 +93,7 @@ def check(schema: Mapping[str, Any]) -> Decodable:
     ``allow_unenforced``); ``error`` is set when llguidance still cannot compile what is left.
     """
     decodable = copy.deepcopy(dict(schema))
+    decodable.pop(decoding.GUIDANCE, None)  # llguidance's options are ours to set, not the analyst's
     formats = _drop_unknown_formats(decodable)
     compile_error = _compiler()
     if compile_error is None:
@@ -117,7 +109,7 @@ def check(schema: Mapping[str, Any]) -> Decodable:
         error = compile_error(_skeleton(node))
         if error is None:
             continue
-        if error.startswith(_UNSATISFIABLE):
+        if error.startswith(UNSATISFIABLE):
             unsatisfiable.append(pointer)
             continue
         why = "llguidance does not implement it" if error.startswith("Unimplemented keys") else _short(error)
@@ -126,64 +118,15 @@ def check(schema: Mapping[str, Any]) -> Decodable:
             for key in _TOGETHER.get(keyword, (keyword,)):
                 node.pop(key, None)
     error = compile_error(decodable)
-    if error is not None and "oneOf" in error:
-        defs = decodable.get("$defs", {})
-        for pointer, node in list(walk(decodable)):
-            if isinstance(node.get("oneOf"), list) and compile_error({"$defs": defs, "oneOf": node["oneOf"]}):
-                found.append(Unenforced(f"{pointer}/oneOf", "oneOf", "oneOf branches that may overlap"))
-                assert isinstance(node, dict)
-                _rename(node, "oneOf", "anyOf")
-        error = compile_error(decodable)
-    if error is not None and "min/maxProperties" in error:
-        found += _drop_property_counts(decodable)
-        error = compile_error(decodable)
-    for _ in range(_MAX_CIRCULAR):
-        if error is None or "circular references with sibling keys" not in error:
-            break
-        found += _strip_circular_siblings(decodable, error.rsplit("json-schema://", 1)[-1].lstrip("/"))
-        error = compile_error(decodable)
-    if error is not None and error.startswith(_UNSATISFIABLE):
-        return Decodable(decodable, tuple(found), formats, _short(error), unsatisfiable[0] if unsatisfiable else "#")
-    return Decodable(decodable, tuple(found), formats, error and _short(error))
-
-
-def _drop_property_counts(schema: dict[str, Any]) -> list[Unenforced]:
-    # llguidance counts properties only where every listed one is required; where the properties
-    # come from elsewhere (an ``allOf`` of refs), no one node's skeleton shows it, so every count goes.
-    found = []
-    for pointer, node in list(walk(schema)):
-        keys = [k for k in ("minProperties", "maxProperties") if k in node]
-        if keys and isinstance(node, dict):
-            why = "llguidance counts properties only when every listed property is required"
-            found += [Unenforced(f"{pointer}/{k}", k, why) for k in keys]
-            for key in keys:
-                del node[key]
-    return found
-
-
-def _strip_circular_siblings(schema: dict[str, Any], target: str) -> list[Unenforced]:
-    """Keywords beside each ``$ref`` to ``target`` (a recursive one), left out of decoding.
-
-    llguidance compiles a recursive ``$ref`` only alone; what sits beside it (a ``required``, a
-    ``description``) is checked after generation only. Annotations are dropped without a word.
-    """
-    found = []
-    for pointer, node in list(walk(schema)):
-        branches = node.get("allOf")
-        if isinstance(branches, list) and isinstance(node, dict) and any(_refers(b, target) for b in branches):
-            # merged with the other branches, the recursive ref is not alone: decoding keeps it alone
-            found.append(
-                Unenforced(f"{pointer}/allOf", "allOf", "beside a recursive $ref, which llguidance compiles only alone")
-            )
-            node["allOf"] = [b for b in branches if _refers(b, target)][:1]
-        if node.get("$ref") != target or not isinstance(node, dict):
-            continue
-        beside = [k for k in node if k != "$ref" and not str(k).startswith("x-")]
-        why = "beside a recursive $ref, which llguidance compiles only alone"
-        found += [Unenforced(f"{pointer}/{k}", k, why) for k in beside if k not in _ANNOTATIONS]
-        for key in beside:
-            del node[key]
-    return found
+    if error is None:
+        return Decodable(decodable, tuple(found), formats)
+    loosened = loosen(decodable, error, compile_error)
+    found += loosened.unenforced
+    error = loosened.error
+    if coerced(decodable):  # named where llguidance could not prove the branches disjoint
+        found += one_of_unproved(decodable, compile_error, compiles=error is None)
+    blamed = (unsatisfiable[0] if unsatisfiable else "#") if error and error.startswith(UNSATISFIABLE) else None
+    return Decodable(decodable, tuple(found), formats, error and _short(error), blamed, loosened.impossible)
 
 
 def _static(schema: Mapping[str, Any]) -> list[Unenforced]:
@@ -208,10 +151,6 @@ def _drop_unknown_formats(schema: dict[str, Any]) -> tuple[tuple[str, str], ...]
             if not kinds or "string" in kinds:
                 dropped.append((f"{pointer}/format", str(value)))
     return tuple(dropped)
-
-
-def _refers(branch: Any, target: str) -> bool:
-    return isinstance(branch, Mapping) and branch.get("$ref") == target
 
 
 def _skeleton(node: Mapping[str, Any]) -> dict[str, Any]:
@@ -250,13 +189,6 @@ def _blamed(error: str, node: Mapping[str, Any], compile_error: Callable[[Any], 
     return [next((k for k in node if not str(k).startswith("x-")), "type")]
 
 
-def _rename(node: dict[str, Any], old: str, new: str) -> None:
-    # In place, keeping the key's position (llguidance orders properties by keyword order).
-    items = [(new if k == old else k, v) for k, v in node.items()]
-    node.clear()
-    node.update(items)
-
-
 def _short(error: str) -> str:
     return " ".join(error.split())[:200]
 
@@ -272,7 +204,7 @@ def _compiler() -> Callable[[Any], str | None] | None:
     def compile_error(schema: Any) -> str | None:
         try:
             grammar = llguidance.LLMatcher.grammar_from_json_schema(
-                json.dumps(schema), defaults={"whitespace_flexible": False}
+                json.dumps(decoding.engine_schema(schema)), defaults={"whitespace_flexible": False}
             )
         except ValueError as error:
             return str(error)

@@ -359,7 +359,9 @@ class _Translator:
             for key in ("$defs", "definitions"):
                 if key in self.schema and key not in embedded:
                     embedded[key] = decoding.engine_schema(self.schema[key])
-            embedded["x-guidance"] = _COMPACT
+            # the root's options (coerce_one_of) hold for every embedded part of it
+            options = self.schema.get(decoding.GUIDANCE)
+            embedded[decoding.GUIDANCE] = {**(options if isinstance(options, Mapping) else {}), **_COMPACT}
         return "%json " + json.dumps(embedded, ensure_ascii=False, separators=(",", ":"))
 
     def holds(self, node: Any, seen: frozenset[int] = frozenset()) -> bool:

@@ -82,6 +82,11 @@ def prepare(where: str, source: Mapping[str, Any], *, backend: GrammarBackend, a
                 f"{where}: {origin(pointer)}: llguidance does not know format {name!r}; "
                 "not enforced while decoding (checked after generation where jsonschema knows it)"
             )
+        for pointer, why in decodable.impossible:
+            warnings.append(
+                f"{where}: {origin(pointer)}: no value satisfies it ({why}); an answer can only leave it out "
+                "(decoded as false where it is referenced)"
+            )
         # One keyword as written may be reached twice in what decoding sees (a top-level $ref, wrapped).
         found = list(
             dict.fromkeys(

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
-from pydantic.json_schema import SkipJsonSchema
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema, WithJsonSchema
 
 from extractor.documents.model import MEDIA_TYPES
 from extractor.documents.sniffing import MEDIA_TYPE_ALIASES
@@ -331,10 +331,32 @@ class DecisionRequest(BaseModel):
     )
 
 
+def _an_answer(value: Any) -> Any:
+    if value is None:
+        raise ValueError("null is no answer: send the task's answer, shaped as `data` of a result")
+    return value
+
+
+# A task's answer as `data` of a result holds it: an object, or an array or scalar where the task's
+# top level is not an object; never null. The document says so, so no schema-valid correction is
+# refused for its form (the item's task, unknown to the document, checks the rest: 422 bad_correction).
+Answer = Annotated[
+    Any,
+    AfterValidator(_an_answer),
+    WithJsonSchema(
+        {
+            "type": ["object", "array", "string", "number", "boolean"],
+            "description": "the right answer, as the task's schema describes it (as `data` of a result): an "
+            "object, or what a top level that is not an object describes; never null",
+        }
+    ),
+]
+
+
 class CorrectionRequest(DecisionRequest):
     """Body of ``POST /review/{id}/correct``."""
 
-    data: Any = Field(description="the right answer, as the task's schema describes it (as `data` of a result)")
+    data: Answer
 
 
 class PoolWriteOut(BaseModel):

@@ -41,6 +41,7 @@ INSTRUCTIONS = (
     "fields as its output schema describes them, each value found in the text. A tool error says what to fix."
 )
 _NOTIFY_TIMEOUT_S = 2.0  # a client that stopped reading must not hold a reload up
+PROGRESS_EVERY_S = 5.0  # while a call waits for the engine's start (stdio)
 
 
 class _TaskServer(Server[Any]):
@@ -60,9 +61,13 @@ class _TaskServer(Server[Any]):
 class TaskTools:
     """One service's tasks as MCP tools.
 
-    With ``wait_for_engine`` (stdio: one client, which started the process), a call made while the
-    engine starts waits for it, up to the request timeout; without (HTTP), it gets the tool error
-    of a 503, as ``POST /extract`` would.
+    With ``wait_for_engine`` (stdio: one client, which started the process, and whose first call
+    may come the moment it did), a call made while the engine starts waits for the start to end,
+    however long the model takes to load (minutes on a CPU), telling a client that asked for
+    progress every few seconds; the client's own time limit, if it has one, cancels the wait. The
+    request's time limit (``request_timeout_s``) then runs from the engine being ready, as for any
+    call; a start that failed is the call's tool error. Without (HTTP), a call during the start
+    gets the tool error of a 503, as ``POST /extract`` would.
     """
 
     def __init__(self, service: Service, *, wait_for_engine: bool = False) -> None:
@@ -148,7 +153,7 @@ class TaskTools:
         if isinstance(body, str):
             return tools.failure(body)
         if self.wait_for_engine:
-            await self._engine_started()
+            await self._engine_started(ctx)
         try:
             done = await self.service.extract(name, body.text, body.options, review=body.review, document=body.document)
         except ExtractorError as error:
@@ -160,8 +165,13 @@ class TaskTools:
             task = self.catalog.tasks.get(name, task)
         return tools.success(task, done.result, review_id=done.review_id)
 
-    async def _engine_started(self) -> None:
+    async def _engine_started(self, ctx: ServerRequestContext[Any, Any]) -> None:
+        """Until the engine's start ends (ready, or failed), a progress report every few seconds."""
         start = self.service.begin_start()
-        if not start.done():
-            with contextlib.suppress(Exception):  # not started in time, or failed: the call says which
-                await asyncio.wait_for(asyncio.shield(start), timeout=self.service.settings.request_timeout_s)
+        waited = 0.0
+        while not start.done():
+            await asyncio.wait({start}, timeout=PROGRESS_EVERY_S)  # never cancels the start itself
+            if not start.done():
+                waited += PROGRESS_EVERY_S
+                with contextlib.suppress(Exception):  # a client that went away: the call ends anyway
+                    await ctx.session.report_progress(waited, None, f"the engine is starting ({waited:.0f} s so far)")
