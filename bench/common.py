@@ -19,7 +19,7 @@ from typing import Any
 
 from extractor import Extractor, Settings, Task, pipeline
 from extractor.catalog.prompting import render
-from extractor.constraints import grounded_decoding, substring
+from extractor.constraints import grounded_decoding
 from extractor.engines.base import Engine, Generation, GenerationRequest
 from extractor.jobs import batch
 from extractor.jobs.gold import GoldItem, load_gold, select, task_map
@@ -71,8 +71,6 @@ def sizes(quick: bool) -> Sizes:
     return QUICK if quick else FULL
 
 
-_SKELETON = substring.skeleton  # as shipped, before any ``grammar_form`` swap
-
 # The benchmarks' adapter serving: off (the retrieval layout) unless the environment names a mode.
 ADAPTER_SERVING = os.environ.get("EXTRACTOR_ADAPTER_SERVING", "off")
 
@@ -87,21 +85,6 @@ def grammar_check() -> str:
 
     vllm_checks.SKIP = os.environ.get("BENCH_VLLM_RECHECK", "") != "1"
     return "skipped" if vllm_checks.SKIP else "per request"
-
-
-def grammar_form() -> str:
-    """The substring grammar as shipped (lean), or as before it was cut (``BENCH_LEAN_GRAMMAR=0``), for an A-B.
-
-    ``bench/grammar_cost.py`` measures the two in llguidance alone; this puts the older form
-    into the pipeline (and so into vLLM's engine core) for a run on the GPU host.
-    """
-    import functools
-
-    if os.environ.get("BENCH_LEAN_GRAMMAR", "") == "0":
-        substring.skeleton = functools.partial(_SKELETON, lean=False)  # type: ignore[assignment]
-        return "full"
-    substring.skeleton = _SKELETON  # type: ignore[assignment]
-    return "lean"
 
 
 def logprobs_form(engine: Engine) -> str:

@@ -213,7 +213,6 @@ async def engine_phase(out: Path, per_task: int, seed_per_task: int, parts: Sequ
         "mask_threads": vllm_masks.threads(),
         "engine": type(extractor.engine).__name__,  # ProcessEngine: vLLM's front end in a process of its own
         "vllm_grammar_check": common.grammar_check(),
-        "grammar_form": common.grammar_form(),
         "pipeline_logprobs": common.logprobs_form(extractor.engine),
         "switch_interval_s": sys.getswitchinterval(),
         "temperature": settings.temperature,

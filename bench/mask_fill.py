@@ -41,7 +41,6 @@ async def measure(per_task: int) -> dict[str, Any]:
     report: dict[str, Any] = {
         "mask_threads": vllm_masks.threads(),
         "vllm_grammar_check": common.grammar_check(),
-        "grammar_form": common.grammar_form(),
         "engine_start_s": start_s,
         "machine": common.machine(),
         "model": str(settings.model),
