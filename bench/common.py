@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import os
 import platform
@@ -85,29 +84,6 @@ def grammar_check() -> str:
 
     vllm_checks.SKIP = os.environ.get("BENCH_VLLM_RECHECK", "") != "1"
     return "skipped" if vllm_checks.SKIP else "per request"
-
-
-def logprobs_form(engine: Engine) -> str:
-    """The pipeline's requests as shipped (each token's logprob asked, for confidences), or without it.
-
-    ``BENCH_LOGPROBS=0`` drops the ask from every request the engine gets (confidences come back
-    empty): an A-B of what the logprobs cost against raw vLLM, which asks none.
-    """
-    if os.environ.get("BENCH_LOGPROBS", "") != "0":
-        return "asked"
-    original = engine.generate
-
-    async def generate(request: GenerationRequest) -> Generation:
-        return await original(dataclasses.replace(request, logprobs=False))
-
-    engine.generate = generate  # type: ignore[method-assign]
-    return "dropped"
-
-
-def concurrency(settings_: Settings) -> int:
-    """Requests at once on both sides of a pair: ``BENCH_CONCURRENCY``, else the engine's ``max_num_seqs``."""
-    raw = os.environ.get("BENCH_CONCURRENCY", "").strip()
-    return int(raw) if raw else settings_.max_num_seqs
 
 
 def settings() -> Settings:
@@ -216,12 +192,13 @@ def gpu_busy(into: dict[str, Any], every_s: float = 0.02) -> Iterator[None]:
             into["gpu_busy"] = sum(samples) / len(samples) / 100
 
 
-async def started() -> tuple[Extractor, list[GoldItem], float]:
-    """An extractor on the environment's settings, started (``CONCURRENCY`` set): it, its SNIPS items, seconds."""
+async def started(engine: Callable[[Settings], Engine | None] | None = None) -> tuple[Extractor, list[GoldItem], float]:
+    """An extractor on the environment's settings (its engine from ``engine`` where given), started
+    (``CONCURRENCY`` set): it, its SNIPS items, the seconds its engine took to start."""
     global CONCURRENCY
     settings_ = settings()
-    CONCURRENCY = concurrency(settings_)
-    extractor = Extractor(settings=settings_)
+    CONCURRENCY = settings_.max_num_seqs  # both sides of a pair
+    extractor = Extractor(settings=settings_, engine=engine(settings_) if engine else None)
     items = gold_items(extractor.catalog.names())
     begun = time.perf_counter()
     await extractor.astart()
@@ -264,9 +241,31 @@ def machine() -> dict[str, Any]:
     return info
 
 
+def pyplot() -> Any:
+    """matplotlib's pyplot drawing into files (Agg), or None where matplotlib is missing (the GPU host)."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def save(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def publish(text: str, page: Path | None, data: dict[str, Any] | None = None) -> None:
+    """A results page: ``text`` printed and written to ``page`` (where given), ``data`` beside it as ``.json``."""
+    print(text)
+    if page is not None:
+        page.parent.mkdir(parents=True, exist_ok=True)
+        page.write_text(text, encoding="utf-8")
+        if data is not None:
+            save(page.with_suffix(".json"), data)
 
 
 def write_table(name: str, title: str, intro: str, header: Sequence[str], rows: Sequence[str]) -> Path:
