@@ -115,13 +115,7 @@ def _draft(schema: Any) -> str:
         return declared.rsplit("/", 2)[-2]
     if "iglucentral" in declared:
         return "iglu self-desc (draft-04)"
-    return (
-        "none"
-        if declared == "none"
-        else "json-schema.org/schema# (unversioned)"
-        if "json-schema.org/schema" in declared
-        else declared
-    )
+    return "json-schema.org/schema# (unversioned)" if "json-schema.org/schema" in declared else declared
 
 
 def run(data: Path) -> dict[str, Any]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import os
 import platform
@@ -19,7 +18,7 @@ from typing import Any
 
 from extractor import Extractor, Settings, Task, pipeline
 from extractor.catalog.prompting import render
-from extractor.constraints import grounded_decoding, substring
+from extractor.constraints import grounded_decoding
 from extractor.engines.base import Engine, Generation, GenerationRequest
 from extractor.jobs import batch
 from extractor.jobs.gold import GoldItem, load_gold, select, task_map
@@ -71,8 +70,6 @@ def sizes(quick: bool) -> Sizes:
     return QUICK if quick else FULL
 
 
-_SKELETON = substring.skeleton  # as shipped, before any ``grammar_form`` swap
-
 # The benchmarks' adapter serving: off (the retrieval layout) unless the environment names a mode.
 ADAPTER_SERVING = os.environ.get("EXTRACTOR_ADAPTER_SERVING", "off")
 
@@ -87,44 +84,6 @@ def grammar_check() -> str:
 
     vllm_checks.SKIP = os.environ.get("BENCH_VLLM_RECHECK", "") != "1"
     return "skipped" if vllm_checks.SKIP else "per request"
-
-
-def grammar_form() -> str:
-    """The substring grammar as shipped (lean), or as before it was cut (``BENCH_LEAN_GRAMMAR=0``), for an A-B.
-
-    ``bench/grammar_cost.py`` measures the two in llguidance alone; this puts the older form
-    into the pipeline (and so into vLLM's engine core) for a run on the GPU host.
-    """
-    import functools
-
-    if os.environ.get("BENCH_LEAN_GRAMMAR", "") == "0":
-        substring.skeleton = functools.partial(_SKELETON, lean=False)  # type: ignore[assignment]
-        return "full"
-    substring.skeleton = _SKELETON  # type: ignore[assignment]
-    return "lean"
-
-
-def logprobs_form(engine: Engine) -> str:
-    """The pipeline's requests as shipped (each token's logprob asked, for confidences), or without it.
-
-    ``BENCH_LOGPROBS=0`` drops the ask from every request the engine gets (confidences come back
-    empty): an A-B of what the logprobs cost against raw vLLM, which asks none.
-    """
-    if os.environ.get("BENCH_LOGPROBS", "") != "0":
-        return "asked"
-    original = engine.generate
-
-    async def generate(request: GenerationRequest) -> Generation:
-        return await original(dataclasses.replace(request, logprobs=False))
-
-    engine.generate = generate  # type: ignore[method-assign]
-    return "dropped"
-
-
-def concurrency(settings_: Settings) -> int:
-    """Requests at once on both sides of a pair: ``BENCH_CONCURRENCY``, else the engine's ``max_num_seqs``."""
-    raw = os.environ.get("BENCH_CONCURRENCY", "").strip()
-    return int(raw) if raw else settings_.max_num_seqs
 
 
 def settings() -> Settings:
@@ -233,12 +192,13 @@ def gpu_busy(into: dict[str, Any], every_s: float = 0.02) -> Iterator[None]:
             into["gpu_busy"] = sum(samples) / len(samples) / 100
 
 
-async def started() -> tuple[Extractor, list[GoldItem], float]:
-    """An extractor on the environment's settings, started (``CONCURRENCY`` set): it, its SNIPS items, seconds."""
+async def started(engine: Callable[[Settings], Engine | None] | None = None) -> tuple[Extractor, list[GoldItem], float]:
+    """An extractor on the environment's settings (its engine from ``engine`` where given), started
+    (``CONCURRENCY`` set): it, its SNIPS items, the seconds its engine took to start."""
     global CONCURRENCY
     settings_ = settings()
-    CONCURRENCY = concurrency(settings_)
-    extractor = Extractor(settings=settings_)
+    CONCURRENCY = settings_.max_num_seqs  # both sides of a pair
+    extractor = Extractor(settings=settings_, engine=engine(settings_) if engine else None)
     items = gold_items(extractor.catalog.names())
     begun = time.perf_counter()
     await extractor.astart()
@@ -281,9 +241,31 @@ def machine() -> dict[str, Any]:
     return info
 
 
+def pyplot() -> Any:
+    """matplotlib's pyplot drawing into files (Agg), or None where matplotlib is missing (the GPU host)."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def save(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def publish(text: str, page: Path | None, data: dict[str, Any] | None = None) -> None:
+    """A results page: ``text`` printed and written to ``page`` (where given), ``data`` beside it as ``.json``."""
+    print(text)
+    if page is not None:
+        page.parent.mkdir(parents=True, exist_ok=True)
+        page.write_text(text, encoding="utf-8")
+        if data is not None:
+            save(page.with_suffix(".json"), data)
 
 
 def write_table(name: str, title: str, intro: str, header: Sequence[str], rows: Sequence[str]) -> Path:

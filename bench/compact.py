@@ -214,12 +214,8 @@ async def p1_same_work(
 
 async def main(quick: bool, out: Path) -> None:
     size = common.sizes(quick)
-    started = time.perf_counter()
-    extractor = Extractor(settings=common.settings())
-    await extractor.astart()
-    engine_start_s = time.perf_counter() - started
+    extractor, items, engine_start_s = await common.started()
     engine = extractor.engine
-    items = common.gold_items(extractor.catalog.names())
     throughput = common.jobs(items, size.throughput_tasks, size.throughput_per_task)
     try:
         # Warm-up: compile each schema's grammar and fill the prefix cache, for both sides alike.

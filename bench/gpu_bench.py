@@ -28,7 +28,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from functools import partial
 from pathlib import Path
@@ -36,36 +36,16 @@ from typing import Any
 
 from bench import common, compact, grounded_grammar
 from bench.common import free_port, percentile
+from bench.service import stop
 from extractor import Extractor, Settings
 from extractor.engines.base import GenerationRequest
 from extractor.jobs.gold import GoldItem
 from extractor.vllm_plugins import masks as vllm_masks
 
 # Qwen2.5-7B-Instruct's dimensions (its config.json), with the default model's tokenizer and vocabulary.
-QWEN25_7B = {
-    "architectures": ["Qwen2ForCausalLM"],
-    "model_type": "qwen2",
-    "hidden_act": "silu",
-    "hidden_size": 3584,
-    "intermediate_size": 18944,
-    "num_hidden_layers": 28,
-    "num_attention_heads": 28,
-    "num_key_value_heads": 4,
-    "max_position_embeddings": 32768,
-    "max_window_layers": 28,
-    "rms_norm_eps": 1e-06,
-    "rope_theta": 1000000.0,
-    "sliding_window": None,
-    "use_sliding_window": False,
-    "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
-    "attention_dropout": 0.0,
-    "initializer_range": 0.02,
-    "use_cache": True,
-}
+QWEN25_7B = Path(__file__).resolve().parent / "gpu" / "qwen2.5-7b.json"
 CLIENTS = (1, 16, 256)
 LENGTH_DOCS = {20: 192, 170: 128, 300: 96, 1000: 48}
-P5_MAX_TOKENS = 128
 
 
 def make_model(folder: Path) -> None:
@@ -80,7 +60,7 @@ def make_model(folder: Path) -> None:
         if path.is_file() and path.suffix not in (".safetensors", ".bin", ".gguf") and path.name != "config.json":
             shutil.copy(path, folder / path.name)
     tokenizer = AutoTokenizer.from_pretrained(source)
-    config = dict(QWEN25_7B, vocab_size=len(tokenizer))
+    config = dict(json.loads(QWEN25_7B.read_text(encoding="utf-8")), vocab_size=len(tokenizer))
     config["bos_token_id"], config["eos_token_id"] = tokenizer.bos_token_id, tokenizer.eos_token_id
     (folder / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
     print(f"{folder}: Qwen2.5-7B dimensions, vocab_size {config['vocab_size']} (the default model's tokenizer)")
@@ -198,14 +178,10 @@ async def _load(spec: dict[str, Any]) -> dict[str, Any]:
 
 async def engine_phase(out: Path, per_task: int, seed_per_task: int, parts: Sequence[str]) -> None:
     report = Report(out)
-    settings = common.settings()
-    common.CONCURRENCY = common.concurrency(settings)
-    started = time.perf_counter()
-    extractor = Extractor(settings=settings)
-    items = common.gold_items(extractor.catalog.names())  # before the engine starts: a missing file fails fast
-    await extractor.astart()
+    extractor, items, start_s = await common.started()
+    settings = extractor.settings
     report["start"] = {
-        "engine_start_s": time.perf_counter() - started,
+        "engine_start_s": start_s,
         "machine": common.machine(),
         "model": str(settings.model),
         "load_format": settings.load_format,
@@ -213,8 +189,6 @@ async def engine_phase(out: Path, per_task: int, seed_per_task: int, parts: Sequ
         "mask_threads": vllm_masks.threads(),
         "engine": type(extractor.engine).__name__,  # ProcessEngine: vLLM's front end in a process of its own
         "vllm_grammar_check": common.grammar_check(),
-        "grammar_form": common.grammar_form(),
-        "pipeline_logprobs": common.logprobs_form(extractor.engine),
         "switch_interval_s": sys.getswitchinterval(),
         "temperature": settings.temperature,
         "vllm_args": settings.engine_arguments,  # EXTRACTOR_VLLM_ARGS: the lever a run tried
@@ -231,7 +205,7 @@ async def engine_phase(out: Path, per_task: int, seed_per_task: int, parts: Sequ
         await compact.raw_passes(engine, extractor, warm)
         await compact.extractor_batches(extractor, warm)  # the pipeline's side warm too: indexes, templates, caches
         if "p1" in parts:
-            await p1(report, extractor, work, profiles=out.parent)
+            await p1(report, extractor, work)
         scripted = settings.engine == "scripted"  # a dry run: no tokenizer to compile grammars with
         report["grounded_by_length"] = (
             {}
@@ -256,12 +230,8 @@ async def engine_phase(out: Path, per_task: int, seed_per_task: int, parts: Sequ
         await extractor.aclose()
 
 
-async def p1(report: Report, extractor: Extractor, work: list[GoldItem], profiles: Path | None = None) -> None:
-    """P1 as on the CPU (`bench/compact.py`: same work on both sides, A-B-B-A), plus one attempt only.
-
-    ``profiles``: a folder for one raw pass with logprobs and one without under py-spy, vLLM's
-    processes included (``pyspy-raw-logprobs.txt``, ``pyspy-raw.txt``), after the timed passes.
-    """
+async def p1(report: Report, extractor: Extractor, work: list[GoldItem]) -> None:
+    """P1 as on the CPU (`bench/compact.py`: same work on both sides, A-B-B-A), plus one attempt only."""
     engine = extractor.engine
     # Every pass meets vLLM's prefix cache alike: warm for these prompts (else the first pass alone
     # pays their prefill), and tokenizes its own prompts (else the first pass alone pays that).
@@ -280,12 +250,6 @@ async def p1(report: Report, extractor: Extractor, work: list[GoldItem], profile
         # raw vLLM asked for the sampled tokens' logprobs, as the pipeline asks (confidences): their cost in vLLM
         "raw_logprobs": compact.add_passes(await logprobs(), await logprobs()),
     }
-    if profiles is not None:  # where what logprobs cost goes, outside the figures
-        with profiled(profiles / "pyspy-raw-logprobs.txt", subprocesses=True):
-            await logprobs()
-        new_pass()
-        with profiled(profiles / "pyspy-raw.txt", subprocesses=True):
-            await compact.raw_passes(engine, extractor, work, grounded=True)
 
 
 def forget_prompts(engine: Any) -> None:
@@ -318,11 +282,8 @@ def cpu_since(before: dict[str, float], seconds: float) -> dict[str, float]:
 
 
 @contextmanager
-def profiled(out: Path | None, *, subprocesses: bool = False) -> Iterator[None]:
-    """py-spy samples this process (all threads, native ids) into ``out`` while the block runs; off if None.
-
-    ``subprocesses``: vLLM's processes too (its front end's, where `ProcessEngine` runs it, and the engine core).
-    """
+def profiled(out: Path | None) -> Iterator[None]:
+    """py-spy samples this process (all threads, native ids) into ``out`` while the block runs; off if None."""
     spy = shutil.which("py-spy") or (os.environ.get("BENCH_PYSPY") or None)
     if out is None or spy is None:
         yield
@@ -333,7 +294,6 @@ def profiled(out: Path | None, *, subprocesses: bool = False) -> Iterator[None]:
     # Yama's ptrace_scope 1 lets only an ancestor trace: allow any process of ours to (PR_SET_PTRACER_ANY).
     ctypes.CDLL(None).prctl(0x59616D61, ctypes.c_ulong(-1 & 0xFFFFFFFFFFFFFFFF), 0, 0, 0)
     command = [spy, "record", "--pid", str(os.getpid()), "--rate", "100", "--threads", "--format", "raw"]
-    command += ["--subprocesses"] if subprocesses else []
     spying = subprocess.Popen([*command, "--output", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     time.sleep(1.0)  # attached
     try:
@@ -394,62 +354,6 @@ def asking_logprobs(r: GenerationRequest) -> GenerationRequest:
     return dataclasses.replace(r, logprobs=True)
 
 
-def capped(r: GenerationRequest) -> GenerationRequest:
-    """The request as the pipeline sends it, its answer cut at P5's ``max_tokens``."""
-    return dataclasses.replace(r, max_tokens=P5_MAX_TOKENS)
-
-
-def free_at(tokens: int) -> Callable[[GenerationRequest], GenerationRequest]:
-    """The request without its constraint (free generation), cut at ``tokens``."""
-
-    def free(r: GenerationRequest) -> GenerationRequest:
-        return dataclasses.replace(r, json_schema=None, grammar=None, max_tokens=tokens)
-
-    return free
-
-
-def request_key(request: GenerationRequest) -> str:
-    """What pairs a constrained request with its free twin: its prompt (the same on every side)."""
-    return repr(request.messages)
-
-
-def free_as(lengths: Mapping[str, int]) -> Callable[[GenerationRequest], GenerationRequest]:
-    """Each request without its constraint, cut at its own constrained answer's length (free text of the same answers).
-
-    Random weights never end free text before the cap; real weights may (its tokens then count as generated).
-    """
-
-    def free(request: GenerationRequest) -> GenerationRequest:
-        tokens = max(1, lengths[request_key(request)])
-        return dataclasses.replace(request, json_schema=None, grammar=None, max_tokens=tokens)
-
-    return free
-
-
-async def answer_lengths(extractor: Extractor, work: Sequence[GoldItem], *, grounded: bool) -> dict[str, int]:
-    """Each request's answer length in tokens (one untimed pass, task after task, as P5 runs them)."""
-    lengths: dict[str, int] = {}
-    for task_name in dict.fromkeys(i.task for i in work):
-        task = extractor.task(task_name)
-        requests = [capped(common.request(task, i.text, grounded=grounded)) for i in work if i.task == task_name]
-        generations, _ = await common.generate_all(extractor.engine, requests)
-        lengths.update((request_key(r), g.completion_tokens) for r, g in zip(requests, generations, strict=True))
-    return lengths
-
-
-async def mixed_pass(
-    extractor: Extractor, work: list[GoldItem], *, grounded: bool = False, transform: Any = None
-) -> dict[str, Any]:
-    """Raw generation of ``work`` with every task mixed, 256 requests at once: tokens and seconds."""
-    requests = [transform(common.request(extractor.task(i.task), i.text, grounded=grounded)) for i in work]
-    generations, seconds = await common.generate_all(extractor.engine, requests, concurrency=256)
-    return {
-        "docs": len(generations),
-        "seconds": seconds,
-        "completion_tokens": sum(g.completion_tokens for g in generations),
-    }
-
-
 def serve_phase(out: Path) -> None:
     """`extractor serve` from a cold start: seconds to the first extraction, GPU memory, the engine's own figures."""
     report = Report(out)
@@ -483,11 +387,7 @@ def serve_phase(out: Path) -> None:
         ]
         report["serve"] = {"ready_s": ready, "first_result_s": first, "gpu_memory": gpu_memory(), "engine_log": lines}
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        stop(process)
 
 
 def main() -> int:

@@ -19,7 +19,7 @@ import string
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS
+from bench.common import RESULTS, pyplot
 
 RAW = RESULTS / "raw"
 
@@ -193,12 +193,8 @@ def markdown() -> str:
 
 def plot(path: Path) -> bool:
     """Three panels: P1 pairs, grounded on/off by length, latency by clients; False without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return False
     engine, latest = _load("engine"), _load(LATEST)
     p1, over_http = latest["p1"], latest["p1_http"]["docs_per_s"]

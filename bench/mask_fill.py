@@ -2,7 +2,6 @@
 
     EXTRACTOR_MASK_THREADS=0  python -m bench.mask_fill --per-task 50 --out mask-0.json
     EXTRACTOR_MASK_THREADS=16 python -m bench.mask_fill --per-task 50 --out mask-16.json
-    EXTRACTOR_MASK_THREADS=16 python -m bench.mask_fill --per-task 50 --profile FOLDER   # py-spy of a pass per side
 
 One engine per run (the plugin is loaded when the engine core starts), so each run's P5 compares
 its own constrained and free sides: output tokens/s of the task schema and of the substring grammar
@@ -14,25 +13,86 @@ side twice, in the order constrained, free, free, constrained (the first pass af
 the slowest). On the GPU host: ``EXTRACTOR_MODEL=/tmp/dummy7b EXTRACTOR_LOAD_FORMAT=dummy`` as for
 ``bench.gpu_bench``; a dry run here: ``EXTRACTOR_ENGINE=scripted``. The pages these runs made
 (``bench/results/mask_fill.md``, ``mask_levers.md``, the P5 sections of ``gpu.md``) were rendered by code
-removed since (in git history at ffef660); each run's JSON holds what they showed.
+removed since (in git history at ffef660), as was ``--profile`` (py-spy of a pass per side: bf0fea1); each run's
+JSON holds what they showed.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import hashlib
 import json
-import re
 import statistics
 import sys
-from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from bench import common, compact
-from bench.gpu_bench import answer_lengths, capped, free_as, free_at, mixed_pass, profiled
+from extractor import Extractor
+from extractor.engines.base import GenerationRequest
+from extractor.jobs.gold import GoldItem
 from extractor.vllm_plugins import masks as vllm_masks
+
+P5_MAX_TOKENS = 128
+
+
+def capped(r: GenerationRequest) -> GenerationRequest:
+    """The request as the pipeline sends it, its answer cut at P5's ``max_tokens``."""
+    return dataclasses.replace(r, max_tokens=P5_MAX_TOKENS)
+
+
+def free_at(tokens: int) -> Callable[[GenerationRequest], GenerationRequest]:
+    """The request without its constraint (free generation), cut at ``tokens``."""
+
+    def free(r: GenerationRequest) -> GenerationRequest:
+        return dataclasses.replace(r, json_schema=None, grammar=None, max_tokens=tokens)
+
+    return free
+
+
+def request_key(request: GenerationRequest) -> str:
+    """What pairs a constrained request with its free twin: its prompt (the same on every side)."""
+    return repr(request.messages)
+
+
+def free_as(lengths: Mapping[str, int]) -> Callable[[GenerationRequest], GenerationRequest]:
+    """Each request without its constraint, cut at its own constrained answer's length (free text of the same answers).
+
+    Random weights never end free text before the cap; real weights may (its tokens then count as generated).
+    """
+
+    def free(request: GenerationRequest) -> GenerationRequest:
+        tokens = max(1, lengths[request_key(request)])
+        return dataclasses.replace(request, json_schema=None, grammar=None, max_tokens=tokens)
+
+    return free
+
+
+async def answer_lengths(extractor: Extractor, work: Sequence[GoldItem], *, grounded: bool) -> dict[str, int]:
+    """Each request's answer length in tokens (one untimed pass, task after task, as P5 runs them)."""
+    lengths: dict[str, int] = {}
+    for task_name in dict.fromkeys(i.task for i in work):
+        task = extractor.task(task_name)
+        requests = [capped(common.request(task, i.text, grounded=grounded)) for i in work if i.task == task_name]
+        generations, _ = await common.generate_all(extractor.engine, requests)
+        lengths.update((request_key(r), g.completion_tokens) for r, g in zip(requests, generations, strict=True))
+    return lengths
+
+
+async def mixed_pass(
+    extractor: Extractor, work: list[GoldItem], *, grounded: bool = False, transform: Any = None
+) -> dict[str, Any]:
+    """Raw generation of ``work`` with every task mixed, 256 requests at once: tokens and seconds."""
+    requests = [transform(common.request(extractor.task(i.task), i.text, grounded=grounded)) for i in work]
+    generations, seconds = await common.generate_all(extractor.engine, requests, concurrency=256)
+    return {
+        "docs": len(generations),
+        "seconds": seconds,
+        "completion_tokens": sum(g.completion_tokens for g in generations),
+    }
 
 
 async def measure(per_task: int) -> dict[str, Any]:
@@ -41,7 +101,6 @@ async def measure(per_task: int) -> dict[str, Any]:
     report: dict[str, Any] = {
         "mask_threads": vllm_masks.threads(),
         "vllm_grammar_check": common.grammar_check(),
-        "grammar_form": common.grammar_form(),
         "engine_start_s": start_s,
         "machine": common.machine(),
         "model": str(settings.model),
@@ -94,18 +153,8 @@ async def measure(per_task: int) -> dict[str, Any]:
 
 
 # Each constrained side and its free twin around it (A-B-B-A), the old mean-cut free side in the middle
-ORDER = (
-    "schema",
-    "grounded",
-    "free_schema",
-    "free_grounded",
-    "free",
-    "free",
-    "free_grounded",
-    "free_schema",
-    "grounded",
-    "schema",
-)
+_HALF = ("schema", "grounded", "free_schema", "free_grounded", "free")
+ORDER = (*_HALF, *reversed(_HALF))
 
 
 def _summed(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -134,68 +183,11 @@ def _line(layout: dict[str, Any]) -> str:
     return line + (f"; P5 against free text of the same answers: {same}" if same else "")
 
 
-async def profile(per_task: int, folder: Path) -> None:
-    """One per-task pass per side (each task's lines twice at once) under py-spy, vLLM's engine core included.
-
-    Writes ``pyspy-p5-{grounded,free,schema}.txt`` (raw) and ``pyspy-p5-summary.txt`` (each pass's
-    tok/s, then the engine core's threads and its main thread's busiest frames) into ``folder``.
-    """
-    extractor, items, _ = await common.started()
-    tasks = sorted({i.task for i in items})
-    work = common.jobs(items, tasks, per_task)
-    lines: list[str] = []
-    try:
-        await compact.raw_passes(extractor.engine, extractor, common.jobs(items, tasks, 4), grounded=True)
-        matched = max(1, round(statistics.mean((await answer_lengths(extractor, work, grounded=False)).values())))
-        for side in ("grounded", "free", "schema"):
-            transform, grounded = (free_at(matched), False) if side == "free" else (capped, side == "grounded")
-            with profiled(folder / f"pyspy-p5-{side}.txt", subprocesses=True):
-                row = await compact.raw_passes(
-                    extractor.engine, extractor, [*work, *work], grounded=grounded, transform=transform
-                )
-            lines.append(f"{side}: {row['completion_tokens'] / row['seconds']:,.0f} tok/s, {row}")
-            print(f"bench: {lines[-1]}", flush=True)
-    finally:
-        await extractor.aclose()
-    raws = [folder / f"pyspy-p5-{side}.txt" for side in ("grounded", "schema", "free")]
-    summaries = [engine_core(raw) for raw in raws if raw.exists()]  # none where py-spy is missing
-    (folder / "pyspy-p5-summary.txt").write_text("\n".join([*lines, *summaries]) + "\n", encoding="utf-8")
-
-
-def engine_core(raw: Path, top: int = 60) -> str:
-    """A py-spy raw file cut to vLLM's engine core: samples per thread, then the main thread's frames (inclusive)."""
-    threads: Counter[str] = Counter()
-    frames: Counter[str] = Counter()
-    for line in raw.read_text(encoding="utf-8").splitlines():
-        stack, _, count = line.rpartition(" ")
-        if "EngineCore" not in stack or not count.isdigit():
-            continue
-        parts = stack.split(";")
-        named = [p for p in parts if p.startswith("thread (")]
-        thread = named[0].split(":", 1)[-1].strip() if named else "?"
-        threads[thread] += int(count)
-        if thread == "MainThread":
-            for frame in dict.fromkeys(re.sub(r":\d+\)$", ")", p) for p in parts if p.endswith(")")):
-                frames[frame] += int(count)
-    return "\n".join(
-        [
-            f"== {raw.name}: {sum(threads.values())} samples",
-            *(f"thread {n} {name}" for name, n in threads.most_common(8)),
-            *(f"{n} {frame}" for frame, n in frames.most_common(top)),
-        ]
-    )
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--per-task", type=int, default=50)
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--profile", type=Path, help="a folder: one pass per side under py-spy (pyspy-p5-*.txt)")
     args = parser.parse_args()
-    if args.profile is not None:
-        args.profile.mkdir(parents=True, exist_ok=True)
-        asyncio.run(profile(args.per_task, args.profile))
-        return 0
     report = asyncio.run(measure(args.per_task))
     if args.out:
         common.save(args.out, report)

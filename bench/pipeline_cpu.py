@@ -9,22 +9,19 @@ Here the engine answers at once, with each line's gold answer, and does in this 
 :class:`~extractor.engines.process.ProcessEngine` does in the service's (the prompt's token ids,
 the answer's token places): every other microsecond is the pipeline's. It runs ``extractor
 batch`` per task on the SNIPS dev lines (no vLLM, no GPU) and prints CPU µs per document and
-wall µs per document in each stage; ``--profile N`` adds the top N functions under cProfile.
+wall µs per document in each stage (``--profile``, cProfile's busiest functions, is in git history at bf0fea1).
 
-    python -m bench.pipeline_cpu [--per-task 100] [--profile 40]
+    python -m bench.pipeline_cpu [--per-task 100]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import cProfile
 import json
-import pstats
 import time
 from collections import defaultdict
 from collections.abc import AsyncGenerator, Sequence
-from pathlib import Path
 from typing import Any
 
 from bench import common, compact
@@ -100,7 +97,7 @@ def shaped(schema: dict[str, Any], expected: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-async def main(per_task: int, top: int) -> dict[str, Any]:
+async def main(per_task: int) -> dict[str, Any]:
     settings = common.settings()
     probe = Extractor(settings=settings)
     items = common.gold_items(probe.catalog.names())
@@ -125,23 +122,11 @@ async def main(per_task: int, top: int) -> dict[str, Any]:
     print(f"bench: {docs} documents, {summary['ok']} ok: {cpu / docs * 1e6:.0f} µs CPU a document, {wall:.2f} s")
     for stage, us in per_doc.items():
         print(f"{us:8.0f} µs  {stage}")
-    if top:
-        engine.forget_prompts()
-        profile = cProfile.Profile()  # its own overhead inflates call-heavy code (Jinja): read the order, not the µs
-        profile.enable()
-        await compact.extractor_batches(extractor, work)
-        profile.disable()
-        stats = pstats.Stats(profile)
-        rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][3])  # type: ignore[attr-defined]
-        print(f"{'cumulative µs/doc':>18} {'own µs/doc':>11}  function (cProfile)")
-        for (path, line, name), (_, _, own, cumulative, _) in rows[:top]:
-            print(f"{cumulative / docs * 1e6:18.0f} {own / docs * 1e6:11.0f}  {name} ({Path(path).name}:{line})")
     return {"docs": docs, "cpu_us_per_doc": cpu / docs * 1e6, "wall_s": wall, "stages_us_per_doc": per_doc}
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--per-task", type=int, default=100)
-    parser.add_argument("--profile", type=int, default=0, help="functions listed under cProfile (0: none)")
     args = parser.parse_args()
-    asyncio.run(main(args.per_task, args.profile))
+    asyncio.run(main(args.per_task))

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS, ROOT
+from bench.common import RESULTS, ROOT, pyplot
 
 
 def main() -> int:
@@ -82,13 +82,12 @@ def numbers(compact: dict[str, Any], whitespace: dict[str, Any]) -> dict[str, fl
     seed_rate = _rate(p2["docs"], p2["seed"]["seconds"])
     ours2_rate = _rate(p2["docs"], p2["extractor"]["seconds"])
     # P3 compares decoding by the task schema on both sides: the ungrounded raw pass
-    plain = p1.get("raw_ungrounded", p1["raw"])
+    plain = p1["raw_ungrounded"]
     compact_tokens = plain["completion_tokens"] / plain["docs"]
     free_tokens = whitespace["raw"]["completion_tokens"] / whitespace["raw"]["docs"]
     spaced_tokens = whitespace["spaced"]["completion_tokens"] / whitespace["spaced"]["docs"]
-    off = p1.get("extractor_ungrounded"), p1.get("raw_ungrounded")
-    ours_off = _rate(off[0]["docs"], off[0]["seconds"]) if off[0] else 0.0
-    raw_off = _rate(off[1]["docs"], off[1]["seconds"]) if off[1] else 0.0
+    ours_off = _rate(p1["extractor_ungrounded"]["docs"], p1["extractor_ungrounded"]["seconds"])
+    raw_off = _rate(plain["docs"], plain["seconds"])
     return {
         "p1_ungrounded_ratio": ours_off / raw_off if raw_off else 0.0,
         "p1_ratio": ours_rate / raw_rate if raw_rate else 0.0,
@@ -106,9 +105,7 @@ def numbers(compact: dict[str, Any], whitespace: dict[str, Any]) -> dict[str, fl
 
 
 def _stages(run: dict[str, Any]) -> list[str]:
-    spent = run.get("stages")
-    if not spent:
-        return []
+    spent = run["stages"]
     lines = [
         "",
         f"Where the shipped-defaults batch spent its {run['seconds']:.1f} s (synchronous stages are event-loop time; "
@@ -156,14 +153,8 @@ def markdown(compact: dict[str, Any], whitespace: dict[str, Any], *, plot: str |
         "|---|---:|---:|---:|---:|",
         _row("raw vLLM generate, grounded decoding (shipped default)", p1["raw"]),
         _row("`extractor batch`, shipped defaults (JSONL in/out, fsync, validate, ground, re-ask)", p1["extractor"]),
-        *(
-            [
-                _row("raw vLLM generate, task schema only", p1["raw_ungrounded"]),
-                _row("`extractor batch --no-grounded-decoding`", p1["extractor_ungrounded"]),
-            ]
-            if "raw_ungrounded" in p1
-            else []
-        ),
+        _row("raw vLLM generate, task schema only", p1["raw_ungrounded"]),
+        _row("`extractor batch --no-grounded-decoding`", p1["extractor_ungrounded"]),
         "",
         f"extractor / raw with the shipped defaults = **{n['p1_ratio']:.2f}** (target ≥ {P1_TARGET}: "
         f"{_verdict(n['p1_ratio'] >= P1_TARGET)}); with grounded decoding off on both sides "
@@ -246,12 +237,8 @@ def _seed_row(label: str, docs: int, side: dict[str, Any]) -> str:
 
 def plot(compact: dict[str, Any], whitespace: dict[str, Any], path: Path) -> bool:
     """Docs/s, tokens per extraction and per-intent F1 in one PNG; False without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return False
     n = numbers(compact, whitespace)
     per_task = compact["quality"]["per_task"]

@@ -21,11 +21,12 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.common import GOLD, RESULTS, ROOT, machine
-from extractor import Catalog, Extractor, Settings
+from bench.common import GOLD, RESULTS, ROOT, machine, publish
+from extractor import Catalog, Extractor, Settings, Task
 from extractor.adapters import manifest
 from extractor.adapters.merge import merge
 from extractor.jobs.evaluation import evaluate
@@ -34,6 +35,9 @@ from extractor.models import resolve_model_dir
 from extractor.training import data, trainer
 
 ADAPTER = "adapters/snips"
+# What a variant's row keeps of `extractor eval`'s report, beside the run's docs/s
+SCORED: tuple[str, ...] = ("docs", "f1", "precision", "recall", "schema_valid_rate", "ungrounded_rate")
+SCORED += ("prompt_tokens_per_doc", "output_tokens_per_doc", "mean_attempts")
 
 
 def catalog_copy(folder: Path) -> list[str]:
@@ -46,14 +50,32 @@ def catalog_copy(folder: Path) -> list[str]:
     return names
 
 
-def point_at_adapter(folder: Path, names: list[str], *, examples: bool, adapter: bool = True) -> None:
+def point_at_adapter(folder: Path, names: Sequence[str], *, examples: bool, adapter: str | None = ADAPTER) -> None:
+    """Each task of ``names`` in ``folder`` served with ``adapter`` (None: none), its worked examples shown or not."""
     for name in names:
         path = folder / "schemas" / f"{name}.json"
         schema = json.loads(path.read_text(encoding="utf-8"))
-        schema.setdefault("x-extractor", {}).update(
-            {"adapter": ADAPTER if adapter else False, "adapter_examples": examples}
-        )
+        schema.setdefault("x-extractor", {}).update({"adapter": adapter or False, "adapter_examples": examples})
         path.write_text(json.dumps(schema, ensure_ascii=False, indent=2), encoding="utf-8")
+
+
+def fit(
+    out: Path,
+    tasks: list[Task],
+    samples: tuple[list[data.Sample], list[data.Sample]],
+    config: trainer.TrainConfig,
+    recorded: dict[str, Any],
+) -> trainer.TrainReport:
+    """An adapter for ``tasks`` trained into ``out`` as ``extractor train`` trains one (``samples``: train,
+    held out), its manifest recording ``recorded`` as the training's configuration."""
+    model_dir = resolve_model_dir(Settings.from_env())
+    train_set, held_out = samples
+    report = trainer.train(model_dir, train_set, held_out, out, config)
+    data_hash = data.digest(train_set)
+    manifest.write(
+        out, model_dir=model_dir, tasks=tasks, data_hash=data_hash, config=recorded, metrics=report.as_dict()
+    )
+    return report
 
 
 def train(folder: Path, names: list[str], per_task: int, config: trainer.TrainConfig) -> dict[str, Any]:
@@ -66,18 +88,9 @@ def train(folder: Path, names: list[str], per_task: int, config: trainer.TrainCo
         kept += found[:per_task]
         refused += len(bad)
     train_set, held_out = data.split(kept, held_out=0.05, seed=0)
-    model_dir = resolve_model_dir(Settings.from_env())
-    out = folder / ADAPTER
-    report = trainer.train(model_dir, train_set, held_out, out, config)
-    manifest.write(
-        out,
-        model_dir=model_dir,
-        tasks=[catalog.get(n) for n in names],
-        data_hash=data.digest(train_set),
-        config={"epochs": config.epochs, "rank": config.rank, "per_task": per_task, "batch_size": config.batch_size},
-        metrics=report.as_dict(),
-    )
-    size = _size(out)
+    recorded = {"epochs": config.epochs, "rank": config.rank, "per_task": per_task, "batch_size": config.batch_size}
+    report = fit(folder / ADAPTER, [catalog.get(n) for n in names], (train_set, held_out), config, recorded)
+    size = _size(folder / ADAPTER)
     return {
         **report.as_dict(),
         "samples": len(train_set),
@@ -102,21 +115,7 @@ async def score(
         if warmup:  # untimed: the first pass pays one-off costs (kernel JIT, grammar and prefix caches)
             await evaluate(extractor, select(items, per_task=warmup), concurrency=64)
         report, _ = await evaluate(extractor, items, concurrency=64)
-    row = {
-        k: report[k]
-        for k in (
-            "docs",
-            "f1",
-            "precision",
-            "recall",
-            "schema_valid_rate",
-            "ungrounded_rate",
-            "docs_per_s",
-            "prompt_tokens_per_doc",
-            "output_tokens_per_doc",
-            "mean_attempts",
-        )
-    }
+    row = {**{k: report[k] for k in SCORED}, "docs_per_s": report["docs_per_s"]}
     row["variant"], row["per_task"] = label, {t: v["f1"] for t, v in report.get("per_task", {}).items()}
     print(f"bench: {label}: {json.dumps({k: v for k, v in row.items() if k != 'per_task'})}", flush=True)
     return row
@@ -221,7 +220,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         names = catalog_copy(folder)
-        point_at_adapter(folder, names, examples=False, adapter=False)  # none yet
+        point_at_adapter(folder, names, examples=False, adapter=None)  # none yet
         if args.adapter:
             shutil.copytree(args.adapter, folder / ADAPTER)
             training = {**manifest.read(folder / ADAPTER)["metrics"], "adapter_bytes": _size(folder / ADAPTER)}
@@ -242,16 +241,14 @@ def main() -> None:
             if name.startswith("merged"):  # merged once, for both merged variants
                 merged = merged or merge(resolve_model_dir(Settings.from_env()), folder / ADAPTER, folder / "merged")
                 model = merged
-            point_at_adapter(
-                folder, names, examples=name in ("base", "adapter_k3", "merged_k3"), adapter=name != "base"
-            )
+            examples = name in ("base", "adapter_k3", "merged_k3")
+            point_at_adapter(folder, names, examples=examples, adapter=None if name == "base" else ADAPTER)
             rows.append(
                 asyncio.run(score(folder, VARIANTS[name], args.eval_per_intent, model=model, warmup=args.warmup))
             )
     text = markdown(training, rows, args, (time.perf_counter() - started) / 60)
-    args.out.write_text(text, encoding="utf-8")
     args.raw.write_text(json.dumps({"training": training, "rows": rows}, indent=1), "utf-8")
-    print(text)
+    publish(text, args.out)
 
 
 def _size(adapter: Path) -> int:

@@ -14,13 +14,11 @@ import argparse
 import asyncio
 import dataclasses
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 from bench import common
 from bench.compact import raw_passes
-from extractor import Extractor
 from extractor.engines.base import GenerationRequest, Message
 from extractor.engines.vllm import VLLMEngine
 
@@ -39,13 +37,11 @@ class WhitespaceEngine(VLLMEngine):
 
 async def main(quick: bool, out: Path) -> None:
     size = common.sizes(quick)
-    settings = common.settings()
-    extractor = Extractor(settings=settings, engine=WhitespaceEngine(settings) if settings.engine == "vllm" else None)
+    extractor, items, engine_start_s = await common.started(
+        lambda s: WhitespaceEngine(s) if s.engine == "vllm" else None
+    )
     engine = extractor.engine
-    started = time.perf_counter()
-    await extractor.astart()
-    engine_start_s = time.perf_counter() - started
-    items = common.jobs(common.gold_items(extractor.catalog.names()), size.throughput_tasks, size.throughput_per_task)
+    items = common.jobs(items, size.throughput_tasks, size.throughput_per_task)
     try:
         raw = await raw_passes(engine, extractor, items)
         spaced = await raw_passes(engine, extractor, items, transform=spaced_examples)

@@ -2,7 +2,7 @@
 
 The router is the real one (pypi ``vllm-router``, in its own venv: ``make setup-router``); the two
 servers are the stub OpenAI servers of ``test_remote``, so the test runs in seconds. The same with
-two real ``vllm serve``: ``bench/experiments/remote_router.py``.
+two real ``vllm serve`` was ``bench/experiments/remote_router.py`` (in git history at bf0fea1).
 """
 
 from __future__ import annotations

@@ -21,64 +21,36 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import shutil
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.common import GOLD, RESULTS, ROOT, SNIPS_TASKS, machine
+from bench.common import GOLD, RESULTS, machine, pyplot
+from bench.experiments import new_task
+from bench.train import catalog_copy, fit, point_at_adapter
 from extractor import Catalog, Extractor, Settings
-from extractor.adapters import manifest
 from extractor.catalog.tasks import Task, calibration_path
 from extractor.jobs.evaluation import evaluate
 from extractor.jobs.gold import GoldItem, load_gold, select, task_map
-from extractor.models import resolve_model_dir
 from extractor.review import calibration, fitting
-from extractor.training import data, trainer
+from extractor.training import data
 from extractor.training.recipe import recipe
 
 RAW = RESULTS / "raw" / "calibration.json"
-SNIPS = list(SNIPS_TASKS)
-
-
-def snips_catalog(folder: Path) -> list[str]:
-    """The shipped SNIPS tasks with their pools, without their adapter (``--train`` trains one)."""
-    for sub in ("schemas", "prompts", "examples"):
-        (folder / sub).mkdir(parents=True, exist_ok=True)
-    for name in SNIPS:
-        shutil.copy(ROOT / "prompts" / f"{name}.j2", folder / "prompts")
-        shutil.copy(ROOT / "examples" / f"{name}.jsonl", folder / "examples")
-        schema = json.loads((ROOT / "schemas" / f"{name}.json").read_text(encoding="utf-8"))
-        schema["x-extractor"]["adapter"] = False
-        (folder / "schemas" / f"{name}.json").write_text(json.dumps(schema), encoding="utf-8")
-    return SNIPS
-
-
-def use_adapter(folder: Path, names: list[str], adapter: str) -> None:
-    """Point each task's schema at the adapter trained here."""
-    for name in names:
-        schema = folder / "schemas" / f"{name}.json"
-        spec = json.loads(schema.read_text(encoding="utf-8"))
-        spec["x-extractor"]["adapter"] = adapter
-        schema.write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
 
 
 def cluener_catalog(folder: Path) -> list[str]:
-    from bench.experiments.new_task import TASK, catalog
-
-    catalog(folder, None)
-    return [TASK]
+    new_task.catalog(folder, None)
+    return [new_task.TASK]
 
 
 def dev_items(suite: str, known: Sequence[str], limit: int | None) -> list[GoldItem]:
     if suite == "snips":
         items = load_gold(GOLD, task=None, known=known, task_field="intent", mapping=task_map("snips"))
     else:
-        from bench.experiments.new_task import CLUENER
-
-        items = load_gold(CLUENER / "dev.jsonl", task=known[0], known=known)
+        items = load_gold(new_task.CLUENER / "dev.jsonl", task=known[0], known=known)
     return select(items, limit=limit)
 
 
@@ -95,17 +67,8 @@ def train(folder: Path, names: list[str], args: argparse.Namespace, exclude: Seq
     plan = recipe(len(train_set), epochs=args.epochs, rank=args.rank)
     config = plan.config(learning_rate=args.learning_rate, batch_size=args.batch_size)
     out = folder / "adapters" / ("snips" if len(names) > 1 else names[0])
-    model_dir = resolve_model_dir(Settings.from_env())
-    report = trainer.train(model_dir, train_set, held_out, out, config)
-    manifest.write(
-        out,
-        model_dir=model_dir,
-        tasks=tasks,
-        data_hash=data.digest(train_set),
-        config={"epochs": plan.epochs, "rank": plan.rank, "samples": len(train_set)}
-        | {"held_out_lines": data.lines_by_task(held_out)},
-        metrics=report.as_dict(),
-    )
+    recorded = {"epochs": plan.epochs, "rank": plan.rank, "samples": len(train_set)}
+    report = fit(out, tasks, (train_set, held_out), config, recorded | {"held_out_lines": data.lines_by_task(held_out)})
     return {"train": {"samples": len(train_set), "held_out": len(held_out), "seconds": report.seconds}}
 
 
@@ -128,9 +91,8 @@ async def run(folder: Path, names: list[str], suite: str, args: argparse.Namespa
         await asyncio.gather(*(collect(t) for t in served))
         source = "held-out pool lines" if served[0].adapter is not None else "pool, 5-fold cross-fitted"
         joint = [p for n in names for p in pairs[n]]
-        for task in served:  # one map for the suite's tasks (one model, one serving), unless --per-task
-            mine = pairs[task.name] if args.per_task else joint
-            fitted[task.name] = fitting.fit(mine, task=task, model=extractor.engine.model_name, source=source)
+        for task in served:  # one map for the suite's tasks (one model, one serving)
+            fitted[task.name] = fitting.fit(joint, task=task, model=extractor.engine.model_name, source=source)
             calibration.save(fitted[task.name], calibration_path(folder, task.name))
         calibrate_s = time.perf_counter() - started
         items = dev_items(suite, names, args.dev_limit)
@@ -164,7 +126,7 @@ async def run(folder: Path, names: list[str], suite: str, args: argparse.Namespa
         "f1": report["f1"],
         "docs_per_s": report["docs_per_s"],
         "calibration_values": {n: len(found) for n, found in pairs.items()},
-        "calibration_map": "per task" if args.per_task else "one for the suite's tasks",
+        "calibration_map": "one for the suite's tasks",
         "calibrate_s": calibrate_s,
         **summaries,
     }
@@ -192,11 +154,7 @@ def _summary(pairs: list[tuple[float, bool]]) -> dict[str, Any]:
 
 def _plot(path: Path, row: dict[str, Any]) -> None:
     """Reliability diagrams, raw and calibrated, from the row's bins (the GPU host has no matplotlib)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(9, 4))
     for ax, name in zip(axes, ("raw", "calibrated"), strict=True):
         scores, bins = row[name], row[name]["reliability"]
@@ -296,7 +254,6 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--raw", type=Path, default=RAW)
-    parser.add_argument("--per-task", action="store_true", help="a map per task (default: one for all)")
     parser.add_argument("--pairs", type=Path, help="write every marked value (fit and dev) here, for reading")
     parser.add_argument("--render", action="store_true", help="only render the table and plots from --raw")
     args = parser.parse_args()
@@ -306,16 +263,19 @@ def main() -> None:
     adapter = args.serving != "off"
     with tempfile.TemporaryDirectory(prefix="extractor-calibration-") as tmp:
         folder = Path(tmp)
-        names = snips_catalog(folder) if args.suite == "snips" else cluener_catalog(folder)
+        if args.suite == "snips":  # the shipped SNIPS tasks with their pools, without their adapter
+            names = catalog_copy(folder)
+            point_at_adapter(folder, names, examples=False, adapter=None)
+        else:
+            names = cluener_catalog(folder)
         row: dict[str, Any] = {}
         if adapter:
             if not args.train:
                 raise SystemExit("--serving with an adapter needs --train (an adapter that lists held-out lines)")
-            from bench.experiments.new_task import CLUENER
-
-            gold = GOLD if args.suite == "snips" else CLUENER / "dev.jsonl"
-            row |= train(folder, names, args, data.gold_texts([Path(gold)]))
-            use_adapter(folder, names, "adapters/snips" if args.suite == "snips" else f"adapters/{names[0]}")
+            gold = GOLD if args.suite == "snips" else new_task.CLUENER / "dev.jsonl"
+            row |= train(folder, names, args, data.gold_texts([gold]))
+            adapter = "adapters/snips" if args.suite == "snips" else f"adapters/{names[0]}"
+            point_at_adapter(folder, names, examples=False, adapter=adapter)
         row |= asyncio.run(run(folder, names, args.suite, args, args.serving))
     row["machine"] = machine()
     brief = {k: v for k, v in row.items() if k not in ("raw", "calibrated", "calibrated_joint", "machine")}

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import platform
 import subprocess
@@ -21,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS
+from bench.common import RESULTS, publish
 from extractor import Extractor, ScriptedEngine, Settings, documents
 from extractor.documents.pdf import render_page
 from extractor.errors import ExtractorError
@@ -233,10 +232,7 @@ def main() -> int:
             if args.long:
                 long_run = asyncio.run(end_to_end(extractor, [pdf], options=Options(chunk=True, temperature=0.0)))
                 report["end_to_end"][f"vLLM (default model), the {args.pages}-page PDF chunked"] = long_run
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(markdown(report), encoding="utf-8")
-    args.out.with_suffix(".json").write_text(json.dumps(report, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-    print(markdown(report))
+    publish(markdown(report), args.out, report)
     return 0
 
 

@@ -17,24 +17,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import platform
-import re
-import subprocess
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from bench.common import ROOT, free_port, percentile
+from bench.common import percentile, publish
+from bench.service import TASK, TEXT, apart, keepalive_posts, pin, running
 from extractor import Extractor, Settings
 
-TASK = "landmark_slots"
-TEXT = "阿尔罕布拉宫是西班牙摩尔人统治时期的宫殿建筑。"
 CONCURRENCY = (1, 8, 64)
 DOCS = [  # the real-engine part: landmark sentences and SNIPS dev utterances (CC0)
     ("landmark_slots", TEXT),
@@ -54,48 +49,6 @@ DOCS = [  # the real-engine part: landmark sentences and SNIPS dev utterances (C
     ("snips_add_to_playlist", "add clem burke in my playlist Pre-Party R&B Jams"),
     ("snips_search_creative_work", "find the TV series The Wire"),
 ]
-
-
-def pin(cores: set[int]) -> None:
-    if hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) > 1:
-        os.sched_setaffinity(0, cores)
-
-
-def start_server(
-    engine: str, *, cores: set[int] | None, extra: Sequence[str] = ()
-) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    command = [sys.executable, "-m", "extractor.cli", "serve", "--engine", engine, "--port", str(port), *extra]
-
-    def pinned() -> None:
-        if cores is not None:
-            pin(cores)
-
-    process = subprocess.Popen(
-        command, cwd=ROOT, preexec_fn=pinned, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"`extractor serve --engine {engine}` exited with {process.returncode}")
-        try:
-            if httpx.get(f"{url}/readyz", timeout=60).status_code == 200:
-                return process, url
-        except httpx.TransportError:
-            pass
-        time.sleep(0.5)
-    process.kill()
-    raise SystemExit("the server did not turn ready in 10 minutes")
-
-
-def stop_server(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 # -- part 1: the HTTP layer on the scripted engine ------------------------------------------
@@ -120,37 +73,6 @@ async def in_process(concurrency: int, total: int) -> tuple[float, list[float]]:
     return len(latencies) / (time.perf_counter() - started), latencies
 
 
-async def keepalive_posts(
-    port: int, path: str, payload: dict[str, Any], *, concurrency: int, total: int, expect: tuple[bytes, ...] = ()
-) -> list[float]:
-    """Latencies of ``total`` keep-alive POSTs, ``concurrency`` connections at a time (a raw HTTP/1.1
-    client, so it costs the machine little); checks each is a 200 whose body holds one of ``expect``."""
-    body = json.dumps(payload, ensure_ascii=False).encode()
-    request = (
-        f"POST {path} HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
-    ).encode() + body
-    length = re.compile(rb"content-length: *(\d+)", re.IGNORECASE)
-    latencies: list[float] = []
-
-    async def worker(n: int) -> None:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        try:
-            for _ in range(n):
-                t0 = time.perf_counter()
-                writer.write(request)
-                head = await reader.readuntil(b"\r\n\r\n")
-                match = length.search(head)
-                assert match is not None and head.startswith(b"HTTP/1.1 200"), head[:300]
-                answer = await reader.readexactly(int(match.group(1)))
-                assert not expect or any(e in answer for e in expect), answer[:300]
-                latencies.append(time.perf_counter() - t0)
-        finally:
-            writer.close()
-
-    await asyncio.gather(*(worker(total // concurrency) for _ in range(concurrency)))
-    return latencies
-
-
 async def over_http(port: int, concurrency: int, total: int) -> tuple[float, list[float]]:
     """Requests/s and latencies of keep-alive ``POST /extract``, ``concurrency`` connections at a time."""
     path, payload = f"/extract/{TASK}", {"text": TEXT}
@@ -169,11 +91,8 @@ def scripted_part(total: int) -> list[dict[str, Any]]:
         new_loop = asyncio.new_event_loop
     pin({0})
     baseline = {c: asyncio.run(in_process(c, total)) for c in CONCURRENCY}
-    process, url = start_server("scripted", cores={0})
     rows = []
-    try:
-        pin({1})
-        port = int(url.rsplit(":", 1)[1])
+    with apart() as port:
         for c in CONCURRENCY:
             with asyncio.Runner(loop_factory=new_loop) as runner:
                 rate, latencies = runner.run(over_http(port, c, total))
@@ -189,9 +108,6 @@ def scripted_part(total: int) -> list[dict[str, Any]]:
                     "in_process_p99_ms": percentile(base, 0.99) * 1000,
                 }
             )
-    finally:
-        pin(set(range(os.cpu_count() or 1)))
-        stop_server(process)
     for row in rows:
         row["added_p50_ms"] = row["p50_ms"] - row["in_process_p50_ms"]
         row["added_p99_ms"] = row["p99_ms"] - row["in_process_p99_ms"]
@@ -220,13 +136,10 @@ async def concurrent(url: str) -> tuple[float, int]:
 
 
 def real_part() -> dict[str, Any]:
-    process, url = start_server("vllm", cores=None, extra=["--max-num-seqs", str(len(DOCS))])
-    try:
+    with running("vllm", extra=["--max-num-seqs", str(len(DOCS))]) as (_, url):
         httpx.post(f"{url}/extract/{TASK}", json={"text": TEXT}, timeout=600)  # warm-up
         seq_s, seq_ok = seed_style(url)
         conc_s, conc_ok = asyncio.run(concurrent(url))
-    finally:
-        stop_server(process)
     return {
         "docs": len(DOCS),
         "sequential_s": seq_s,
@@ -289,14 +202,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description="benchmark the HTTP service")
     parser.add_argument("--part", choices=["scripted", "real", "all"], default="all")
     parser.add_argument("--requests", type=int, default=6400, help="requests per concurrency level (part 1)")
-    parser.add_argument("--out", help="also write the table to this file")
+    parser.add_argument("--out", type=Path, help="also write the table to this file")
     args = parser.parse_args()
     rows = scripted_part(args.requests) if args.part in ("scripted", "all") else None
     real = real_part() if args.part in ("real", "all") else None
-    text = report(rows, real)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text, encoding="utf-8")
+    publish(report(rows, real), args.out)
     return 0
 
 

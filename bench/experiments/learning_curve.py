@@ -10,7 +10,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from bench.common import RESULTS
+from bench.common import RESULTS, pyplot
 
 KINDS = ("boundary", "wrong_field", "boundary_and_field", "invented", "duplicate", "missed")
 
@@ -55,12 +55,8 @@ def error_table(rows: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def plot(rows: Sequence[dict[str, Any]]) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return False
     fig, ax = plt.subplots(figsize=(7, 4.2))
     series: dict[str, list[dict[str, Any]]] = {}

@@ -31,11 +31,8 @@ from typing import Any
 import httpx
 import psutil
 
-from bench.common import RESULTS, ROOT, percentile
-from bench.experiments.http_bench import start_server, stop_server
-
-TASK = "landmark_slots"
-TEXT = "阿尔罕布拉宫是西班牙摩尔人统治时期的宫殿建筑。"
+from bench.common import RESULTS, ROOT, percentile, publish, save
+from bench.service import TASK, TEXT, answer, post, running, start_server
 
 
 def metric(text: str, name: str, **labels: str) -> float:
@@ -56,8 +53,7 @@ async def scrape(client: httpx.AsyncClient) -> str:
 def write(run: str, checks: dict[str, bool], figures: dict[str, Any], table: Sequence[str]) -> bool:
     ok = all(checks.values())
     raw = {"run": run, "ok": ok, "checks": checks, "figures": figures, "machine": machine()}
-    (RESULTS / "raw").mkdir(parents=True, exist_ok=True)
-    (RESULTS / "raw" / f"lifecycle_{run}.json").write_text(json.dumps(raw, indent=2) + "\n")
+    save(RESULTS / "raw" / f"lifecycle_{run}.json", raw)
     lines = [
         f"# lifecycle: {run}",
         "",
@@ -66,8 +62,7 @@ def write(run: str, checks: dict[str, bool], figures: dict[str, Any], table: Seq
     ]
     lines += [*table, "", "| guarantee | held |", "|---|---|"]
     lines += [f"| {name} | {'yes' if held else '**NO**'} |" for name, held in checks.items()]
-    (RESULTS / f"lifecycle_{run}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    publish("\n".join(lines) + "\n", RESULTS / f"lifecycle_{run}.md")
     return ok
 
 
@@ -76,29 +71,21 @@ def machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, load average {load}"
 
 
-def serve(engine: str, **settings: Any) -> tuple[subprocess.Popen[bytes], str]:
-    extra = [f"--{k.replace('_', '-')}={v}" for k, v in settings.items()]
-    return start_server(engine, cores=None, extra=extra)
+def flags(**settings: Any) -> list[str]:
+    return [f"--{k.replace('_', '-')}={v}" for k, v in settings.items()]
 
 
 # -- 14: admission limit + 50 concurrent clients ---------------------------------------------
 
 
-_LENGTH = re.compile(rb"content-length: *(\d+)", re.IGNORECASE)
 _RETRY_AFTER = re.compile(rb"retry-after: *(\S+)", re.IGNORECASE)
-
-
-def extract_request() -> bytes:
-    body = json.dumps({"text": TEXT}, ensure_ascii=False).encode()
-    head = f"POST /extract/{TASK} HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\n"
-    return f"{head}content-length: {len(body)}\r\n\r\n".encode() + body
 
 
 async def admission(url: str, *, clients: int, per_client: int) -> dict[str, Any]:
     """``clients`` keep-alive connections (a raw HTTP/1.1 client: it costs the machine little), opened
     first, then each sends ``per_client`` requests one after another; latency is write to last byte."""
     port = int(url.rsplit(":", 1)[1])
-    request = extract_request()
+    request = post(f"/extract/{TASK}", {"text": TEXT})
     answers: list[tuple[int, float, bytes | None]] = []
     go = asyncio.Event()
 
@@ -109,9 +96,7 @@ async def admission(url: str, *, clients: int, per_client: int) -> dict[str, Any
             for _ in range(per_client):
                 started = time.perf_counter()
                 writer.write(request)
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = _LENGTH.search(head)
-                await reader.readexactly(int(length.group(1)) if length else 0)
+                head, _ = await answer(reader)
                 retry = _RETRY_AFTER.search(head)
                 answers.append((int(head[9:12]), time.perf_counter() - started, retry.group(1) if retry else None))
         finally:
@@ -147,12 +132,9 @@ def run_admission(args: argparse.Namespace) -> bool:
     settings: dict[str, Any] = {"max_in_flight": 4, "max_queued": 8}
     if args.engine == "scripted":
         settings["scripted_delay_s"] = 0.2
-    process, url = serve(args.engine, **settings)
-    try:
-        per_client = 10 if args.engine == "scripted" else 2
+    per_client = 10 if args.engine == "scripted" else 2
+    with running(args.engine, extra=flags(**settings)) as (_, url):
         f = asyncio.run(admission(url, clients=50, per_client=per_client))
-    finally:
-        stop_server(process)
     statuses = f["statuses"]
     checks = {
         "every answer is 200 or 429": set(statuses) <= {200, 429},
@@ -231,11 +213,8 @@ async def disconnect(url: str, *, clients: int, hang_up_s: float, delay_s: float
 
 def run_disconnect(args: argparse.Namespace) -> bool:
     delay = 3.0
-    process, url = serve("scripted", scripted_delay_s=delay, max_in_flight=256, max_queued=0)
-    try:
+    with running("scripted", extra=flags(scripted_delay_s=delay, max_in_flight=256, max_queued=0)) as (_, url):
         f = asyncio.run(disconnect(url, clients=200, hang_up_s=0.5, delay_s=delay))
-    finally:
-        stop_server(process)
     checks = {
         "all 200 clients hung up before an answer": f["outcomes"].get("hung up", 0) == 200,
         "200 requests in flight before the hang-ups": f["in_flight_while_connected"] == 200,
@@ -351,7 +330,7 @@ def batch_under_sigterm(workdir: Path, *, rows: int) -> dict[str, Any]:
 
 
 def run_sigterm(args: argparse.Namespace) -> bool:
-    process, url = serve("scripted", scripted_delay_s=2.0, shutdown_timeout_s=30)
+    process, url = start_server("scripted", extra=flags(scripted_delay_s=2.0, shutdown_timeout_s=30))
     f = asyncio.run(sigterm_under_load(process, url, clients=20))
     with tempfile.TemporaryDirectory() as tmp:
         b = batch_under_sigterm(Path(tmp), rows=400)
@@ -445,11 +424,8 @@ async def soak(process: subprocess.Popen[bytes], url: str, *, minutes: float, ra
 
 
 def run_soak(args: argparse.Namespace) -> bool:
-    process, url = serve("scripted", scripted_delay_s=0.05)
-    try:
+    with running("scripted", extra=flags(scripted_delay_s=0.05)) as (process, url):
         f = asyncio.run(soak(process, url, minutes=args.minutes, rate=20.0))
-    finally:
-        stop_server(process)
     first, last = f["samples"][0], f["samples"][-1]
     rss_peak = max(s["rss_mib"] for s in f["samples"])
     errors = sum(n for key, n in f["statuses"].items() if not key.endswith(" 200"))

@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -25,7 +23,8 @@ from typing import Any
 import httpx
 from mcp import Client
 
-from bench.experiments.http_bench import TASK, TEXT, start_server, stop_server
+from bench.common import publish
+from bench.service import TASK, TEXT, host, running
 
 
 async def measure(url: str, *, pairs: int) -> tuple[dict[str, list[float]], dict[str, Any]]:
@@ -61,8 +60,7 @@ def report(times: dict[str, list[float]], answers: dict[str, Any], *, engine: st
         "",
         f"`python -m bench.experiments.mcp_latency --engine {engine} --pairs {pairs}`: one request at a time, "
         "the paths "
-        f"alternated (A-B, B-A, ...), {pairs} of each after a warm-up pair; {platform.machine()}, "
-        f"{os.cpu_count()} cores, Python {platform.python_version()}.",
+        f"alternated (A-B, B-A, ...), {pairs} of each after a warm-up pair; {host()}.",
         "",
         "| path | median ms | mean ms | min ms | max ms |",
         "|---|---:|---:|---:|---:|",
@@ -89,15 +87,10 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=20)
     parser.add_argument("--out", type=Path, help="write the markdown report here")
     args = parser.parse_args()
-    process, url = start_server(args.engine, cores=None)
-    try:
+    with running(args.engine) as (_, url):
         times, answers = asyncio.run(measure(url, pairs=args.pairs))
-    finally:
-        stop_server(process)
     text = report(times, answers, engine=args.engine, pairs=args.pairs)
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text, encoding="utf-8")
+    publish(text, args.out)
 
 
 if __name__ == "__main__":

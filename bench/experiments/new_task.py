@@ -31,14 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import RESULTS, ROOT, machine
+from bench.train import SCORED, fit
 from extractor import Catalog, Extractor, Settings
-from extractor.adapters import manifest
 from extractor.examples.importing import import_gold, write_pool
 from extractor.jobs.diagnosis import diagnose_all
 from extractor.jobs.evaluation import evaluate
 from extractor.jobs.gold import load_gold
 from extractor.models import resolve_model_dir
-from extractor.training import data, trainer
+from extractor.training import data
 from extractor.training.recipe import recipe
 
 TASK = "zh_entities"
@@ -46,15 +46,12 @@ CLUENER = Path(os.environ.get("BENCH_CLUENER_DIR") or ROOT.parent / "shared" / "
 RAW = RESULTS / "raw" / "learning_curve.json"
 
 
-def catalog(folder: Path, size: int | None, *, hints: bool = True, name: str = TASK) -> int:
+def catalog(folder: Path, size: int | None, *, name: str = TASK) -> int:
     """The analyst's task in ``folder`` as ``name``, with the first ``size`` pool lines (all: None); lines kept."""
     source = ROOT / "bench" / "tasks" / TASK
     for sub in ("schemas", "prompts"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
-    schema = json.loads((source / "schemas" / f"{TASK}.json").read_text(encoding="utf-8"))
-    if not hints:  # the ablation: worked examples only, no labelled values from the pool
-        schema["x-extractor"]["examples_from_pool"]["hints"] = False
-    (folder / "schemas" / f"{name}.json").write_text(json.dumps(schema, ensure_ascii=False), encoding="utf-8")
+    shutil.copy(source / "schemas" / f"{TASK}.json", folder / "schemas" / f"{name}.json")
     shutil.copy(source / "prompts" / f"{TASK}.j2", folder / "prompts" / f"{name}.j2")
     task = Catalog.load(folder).get(name)
     lines, _ = import_gold(CLUENER / "pool.jsonl", task)
@@ -63,21 +60,19 @@ def catalog(folder: Path, size: int | None, *, hints: bool = True, name: str = T
     return len(lines)
 
 
-def train(folder: Path, args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
+def train(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
     task = Catalog.load(folder).get(TASK)
     samples, _ = data.samples(task, exclude=data.gold_texts([CLUENER / "dev.jsonl"]))
     train_set, held_out = data.split(samples, held_out=0.02, seed=0)
     plan = recipe(len(train_set), epochs=args.epochs, rank=args.rank)
     config = plan.config(learning_rate=args.learning_rate, batch_size=args.batch_size)
     out = folder / "adapters" / TASK
-    report = trainer.train(model_dir, train_set, held_out, out, config)
-    manifest.write(
+    report = fit(
         out,
-        model_dir=model_dir,
-        tasks=[task],
-        data_hash=data.digest(train_set),
-        config={"epochs": plan.epochs, "rank": plan.rank, "samples": len(train_set)},
-        metrics=report.as_dict(),
+        [task],
+        (train_set, held_out),
+        config,
+        {"epochs": plan.epochs, "rank": plan.rank, "samples": len(train_set)},
     )
     if args.keep:
         shutil.copytree(out, args.keep / f"{TASK}-{len(train_set)}", dirs_exist_ok=True)
@@ -129,8 +124,6 @@ async def score(
     async with extractor:
         await extractor.astart()
         report, predictions = await evaluate(extractor, items, concurrency=args.concurrency)
-    keys = ("docs", "f1", "precision", "recall", "schema_valid_rate", "ungrounded_rate")
-    keys += ("prompt_tokens_per_doc", "output_tokens_per_doc", "mean_attempts")
     rows = {}
     for name in names:
         mine = report["per_task"][name]
@@ -138,7 +131,7 @@ async def score(
         errors = diagnose_all((p.record() for p in predictions if p.item.task == name), keep=0).as_dict()
         errors.pop("examples")
         # docs/s: the whole run's (the tasks ran interleaved in one engine)
-        rows[name] = {**{k: mine[k] for k in keys}, "docs_per_s": report["docs_per_s"], "errors": errors}
+        rows[name] = {**{k: mine[k] for k in SCORED}, "docs_per_s": report["docs_per_s"], "errors": errors}
         rows[name]["per_field"] = mine["per_field"]
     return rows
 
@@ -154,7 +147,6 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--label", default="", help="a note for this run's rows (e.g. the model)")
-    parser.add_argument("--no-hints", action="store_true", help="the task without the pool's hints (label it)")
     parser.add_argument("--keep", type=Path, help="copy each trained adapter here (outside the project)")
     parser.add_argument("--raw", type=Path, default=RAW)
     args = parser.parse_args()
@@ -177,10 +169,7 @@ def main() -> None:
         started = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="extractor-new-task-") as tmp:
             pools = {
-                f"{TASK}_{size or 'all'}": catalog(
-                    Path(tmp), size, hints=not args.no_hints, name=f"{TASK}_{size or 'all'}"
-                )
-                for size in sizes
+                f"{TASK}_{size or 'all'}": catalog(Path(tmp), size, name=f"{TASK}_{size or 'all'}") for size in sizes
             }
             scored = asyncio.run(score(Path(tmp), args, adapter=False, names=list(pools)))
         for name, lines in pools.items():
@@ -188,14 +177,14 @@ def main() -> None:
     for size in sizes:
         with tempfile.TemporaryDirectory(prefix="extractor-new-task-") as tmp:
             folder = Path(tmp)
-            lines = catalog(folder, size, hints=not args.no_hints)
+            lines = catalog(folder, size)
             for variant in (v for v in variants if v != "retrieval"):
                 started = time.perf_counter()
                 row: dict[str, Any] = {"variant": variant, "pool": lines, **base}
                 if variant == "lexicon":
                     row |= lexicon_only(folder, args)
                 else:
-                    row |= train(folder, args, model_dir)
+                    row |= train(folder, args)
                     row |= asyncio.run(score(folder, args, adapter=True, names=[TASK]))[TASK]
                 record(row, started)
     from bench.experiments.learning_curve import render

@@ -15,7 +15,6 @@ Results: ``bench/results/ocr.md`` and ``ocr.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import resource
@@ -27,7 +26,7 @@ from typing import Any
 
 from rapidfuzz.distance import Levenshtein
 
-from bench.common import RESULTS, ROOT
+from bench.common import RESULTS, ROOT, publish
 from extractor import documents
 from extractor.documents import Limits, Ocr
 from tests.documents import scanned_pdf
@@ -206,9 +205,7 @@ def main() -> int:
     if args.kleister:
         report["kleister"] = kleister(Path(args.kleister))
     report["child_peak_mib"] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
-    args.out.write_text(markdown(report), encoding="utf-8")
-    args.out.with_suffix(".json").write_text(json.dumps(report, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-    print(args.out.read_text(encoding="utf-8"))
+    publish(markdown(report), args.out, report)
     return 0
 
 

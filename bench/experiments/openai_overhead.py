@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import platform
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import percentile
-from bench.experiments.http_bench import TASK, TEXT, keepalive_posts, pin, start_server, stop_server
+from bench.common import percentile, publish
+from bench.service import TASK, TEXT, apart, host, keepalive_posts
 
 SIDES: dict[str, tuple[str, dict[str, Any]]] = {
     "extract": (f"/extract/{TASK}", {"text": TEXT}),
@@ -34,11 +32,8 @@ ANSWERS = (b'"data"', b'"choices"')
 
 
 def measure(*, concurrency: int, total: int) -> list[dict[str, Any]]:
-    process, url = start_server("scripted", cores={0})
-    port = int(url.rsplit(":", 1)[1])
     segments: list[dict[str, Any]] = []
-    try:
-        pin({1})
+    with apart() as port:
         for side in SIDES:  # warm-up: first-call costs (imports, caches) off the clock
             asyncio.run(keepalive_posts(port, *SIDES[side], concurrency=concurrency, total=200, expect=ANSWERS))
         for side in ORDER:
@@ -48,9 +43,6 @@ def measure(*, concurrency: int, total: int) -> list[dict[str, Any]]:
             )
             seconds = time.perf_counter() - started
             segments.append({"side": side, "req_s": len(latencies) / seconds, "latencies": latencies})
-    finally:
-        pin(set(range(os.cpu_count() or 1)))
-        stop_server(process)
     return segments
 
 
@@ -79,8 +71,7 @@ def report(
         f"`python -m bench.experiments.openai_overhead` — task `{TASK}`, {concurrency} keep-alive clients, "
         f"{total} requests per "
         f"segment, segments in the order {'-'.join('A' if s == 'extract' else 'B' for s in ORDER)} "
-        "(A = `/extract`, B = `/v1/chat/completions`); server on one core, load generator on the other; "
-        f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}.",
+        f"(A = `/extract`, B = `/v1/chat/completions`); server on one core, load generator on the other; {host()}.",
         "",
         "| route | req/s (mean of segments) | min–max | p50 ms | p99 ms |",
         "|---|---:|---:|---:|---:|",
@@ -109,9 +100,7 @@ def main() -> None:
     args = parser.parse_args()
     segments = measure(concurrency=args.concurrency, total=args.total)
     text = report(summarize(segments), segments, concurrency=args.concurrency, total=args.total)
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text, encoding="utf-8")
+    publish(text, args.out)
 
 
 if __name__ == "__main__":

@@ -16,8 +16,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,6 +23,7 @@ from pathlib import Path
 import httpx
 
 from bench.common import write_table
+from bench.service import running
 from extractor.config import repo_root
 
 POLL_S = 0.005
@@ -67,22 +66,8 @@ def main() -> None:
         root = Path(tmp) / "catalog"
         for folder in ("schemas", "prompts", "examples"):
             shutil.copytree(repo_root() / folder, root / folder)
-        port = 8765
-        command = [sys.executable, "-m", "extractor.cli", "serve", "--engine", "scripted", "--port", str(port)]
-        command += ["--tasks-dir", str(root), "--home", tmp]
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        url = f"http://127.0.0.1:{port}"
         steps: dict[str, list[float]] = {"add": [], "edit": [], "break (stale shown)": [], "fix": []}
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline and process.poll() is None, "the server did not start"
-                time.sleep(0.1)
+        with running("scripted", extra=["--tasks-dir", str(root), "--home", tmp]) as (_, url):
             time.sleep(1.0)  # the watcher is set up
             for k in range(args.rounds):
                 name = f"bench_{k}"
@@ -97,9 +82,6 @@ def main() -> None:
                 steps["fix"].append(_wait(url, name, lambda t: t and not t["stale"]))
                 time.sleep(0.3)
             metrics = httpx.get(f"{url}/metrics", timeout=10).text
-        finally:
-            process.terminate()
-            process.wait(timeout=30)
     rows = []
     for step, times in steps.items():
         ms = sorted(t * 1000 for t in times)

@@ -125,17 +125,14 @@ def translate(
     return skeleton(schema, targets).grammar(text, clauses_only=clauses_only)
 
 
-def skeleton(schema: Mapping[str, Any], targets: Mapping[int, str], *, lean: bool = True) -> Skeleton:
+def skeleton(schema: Mapping[str, Any], targets: Mapping[int, str]) -> Skeleton:
     """The schema's part of every grammar for it: all but the text's substring automaton.
-
-    ``lean=False`` builds the grammar as it was before it was cut for compile time (a rule per
-    grounded field, every length bound), kept for ``bench/grammar_cost.py``.
 
     Raises:
         UntranslatableError: a node holding grounded fields uses a construct the grammar does not spell out.
 
     """
-    return _Translator(schema, targets, lean=lean).run()
+    return _Translator(schema, targets).run()
 
 
 @dataclass(frozen=True)
@@ -161,7 +158,6 @@ class Skeleton:
     bounds: tuple[tuple[str, int, int | None], ...]  # each grounded terminal over ``TEXT``: name, min, max length
     fields: tuple[str, ...]
     posthoc: tuple[str, ...]
-    lean: bool = True  # length bounds only where the text could break them (False: always, to measure the cut)
     phrase_rules: tuple[PhraseRule, ...] = ()
 
     def grammar(
@@ -178,7 +174,7 @@ class Skeleton:
         if not used:
             return Grammar("\n".join(rules) + "\n", self.fields, self.posthoc)
         pieces = clauses(text) if clauses_only else [text]
-        longest = max((len(p) for p in pieces), default=0) if self.lean else None
+        longest = max((len(p) for p in pieces), default=0)
         terminals = [_terminal(name, low, high, longest) for name, low, high in used]
         lines = [*rules, f"TEXT: {_substring(pieces)}", *terminals]
         return Grammar("\n".join(lines) + "\n", self.fields, self.posthoc)
@@ -199,12 +195,9 @@ def _uses(rule: str, terminal: str) -> bool:
     return re.search(rf"\b{terminal}\b", rule.split(":", 1)[1]) is not None
 
 
-def _terminal(name: str, low: int, high: int | None, longest: int | None) -> str:
-    """A grounded terminal: ``TEXT`` trimmed, length-bounded where a clause of ``longest`` characters could break it.
-
-    ``longest`` None writes the bound whatever the text.
-    """
-    needed = longest is None or low > 1 or (high is not None and high < longest)
+def _terminal(name: str, low: int, high: int | None, longest: int) -> str:
+    """A grounded terminal: ``TEXT`` trimmed, length-bounded where a clause of ``longest`` characters could break it."""
+    needed = low > 1 or (high is not None and high < longest)
     bound = f"{{{low},{high}}}" if high is not None else f"{{{low},}}"
     return f"{name}: TEXT & /{_JSON_CHAR}{bound}/ & {_TRIMMED}" if needed else f"{name}: TEXT & {_TRIMMED}"
 
@@ -221,7 +214,6 @@ def _substring(pieces: Sequence[str]) -> str:
 class _Translator:
     schema: Mapping[str, Any]
     targets: Mapping[int, str]
-    lean: bool = True
     names: dict[int, str] = field(default_factory=dict)  # id(node) -> its rule's name
     bodies: dict[str, str] = field(default_factory=dict)  # rule name -> body, in definition order
     terminals: dict[tuple[int, int | None], str] = field(default_factory=dict)
@@ -235,7 +227,7 @@ class _Translator:
         rules = [f"start: {top}"] + [f"{name}: {body}" for name, body in self.bodies.items()]
         bounds = tuple((name, low, high) for (low, high), name in self.terminals.items())
         fields, posthoc = tuple(sorted(set(self.fields))), tuple(sorted(set(self.posthoc)))
-        return Skeleton(tuple(rules), bounds, fields, posthoc, self.lean, tuple(self.phrase_rules.values()))
+        return Skeleton(tuple(rules), bounds, fields, posthoc, tuple(self.phrase_rules.values()))
 
     # -- nodes --------------------------------------------------------------------------------
 
@@ -243,7 +235,7 @@ class _Translator:
         """A rule name for ``node`` (defined once, so shared and recursive refs work); a grounded value in place."""
         if not isinstance(node, Mapping):
             return self.json(node)
-        if self.lean and id(node) in self.targets and "pattern" not in node and "format" not in node:
+        if id(node) in self.targets and "pattern" not in node and "format" not in node:
             value = self.string(node, pointer)
             return f"({value})" if "|" in value else value
         if id(node) in self.names:
