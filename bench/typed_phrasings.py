@@ -17,6 +17,7 @@ import asyncio
 import datetime as dt
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 from bench.common import RESULTS
@@ -61,34 +62,15 @@ def schema(kind: str, settings: dict[str, Any]) -> dict[str, Any]:
 
 
 # The issue's two sentences (57), read by a three-field task as a new user would write it.
-LEASE_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "start_date": {"type": ["string", "null"], "format": "date", "description": "when the lease starts"},
-        "term": {"type": ["string", "null"], "format": "duration", "description": "how long the lease runs"},
-        "price": {"type": ["number", "null"], "description": "the price"},
-    },
-    "required": ["start_date", "term", "price"],
-}
-SENTENCES = [
-    (
-        "The lease starts on May 20, 2014, runs for two (2) years and costs 1,200 dollars a month.",
-        {"start_date": "2014-05-20", "term": "P2Y", "price": 1200},
-        {"start_date": "May 20, 2014"},
-    ),
-    (
-        "本合同自2014年5月20日起生效，有效期三年，价格为1200元。",
-        {"start_date": "2014-05-20", "term": "P3Y", "price": 1200},
-        {"start_date": "2014年5月20日"},
-    ),
-]
+LEASE = json.loads((Path(__file__).parent / "data" / "typed_sentences.json").read_text(encoding="utf-8"))
 
 
 async def sentences(extractor: Extractor) -> list[str]:
     """The lease task on the issue's two sentences: data, evidence and attempts."""
-    task = task_from_schema("lease", LEASE_SCHEMA, where="bench")
+    task = task_from_schema("lease", LEASE["schema"], where="bench")
     lines = ["| sentence | data | evidence | attempts | right |", "|---|---|---|---|---|"]
-    for text, expected, words in SENTENCES:
+    for case in LEASE["sentences"]:
+        text, expected, words = case["text"], case["data"], case["evidence"]
         try:
             result = await extractor.arun(task, text, options=Options(reference_date=REFERENCE))
             shown = {s.path.lstrip("/"): text[s.start : s.end] for s in result.spans if s.start is not None}
