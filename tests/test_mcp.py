@@ -495,6 +495,7 @@ async def test_over_stdio_stdout_holds_nothing_but_the_protocol_and_a_call_at_on
 
 
 @pytest.mark.engine
+@pytest.mark.slow  # an engine of its own beside the session's (make test-slow, as the other such tests)
 async def test_over_stdio_on_the_real_engine_stdout_holds_nothing_but_the_protocol(
     root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
