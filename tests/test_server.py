@@ -197,7 +197,7 @@ async def test_task_detail(client: httpx.AsyncClient) -> None:
     assert "x-extractor" in body["schema"] and "x-extractor" not in body["engine_schema"]
     assert {"fields"} <= set(body["prompt"]["variables"]) and body["prompt"]["file"] == "landmark_slots.j2"
     assert body["prompt"]["layout"] == "instruction" and body["pool"] >= 30 and body["examples_per_request"] == 3
-    assert body["settings"]["examples_from_pool"] == {"k": 3, "diverse": True, "hints": True}  # the default
+    assert body["settings"]["examples_from_pool"] == {"k": 3, "diverse": True, "hints": False}  # as tuned
     assert body["settings"]["max_attempts"] is None or 1 <= body["settings"]["max_attempts"] <= 3
     assert body["settings"]["grounding"] in ("flag", "strict", "off")
 
