@@ -219,17 +219,10 @@ async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk:
     decoded = task.answer_schema
     # Each typed field's evidence is held to the text's phrases of its kind; refused evidence leaves them.
     lookup = phrases.Lookup(text, task.values, _context(task, p)) if task.values else None
+    grammar_failed: str | None = None  # why the substring grammar was given up mid-way, if it was
     if p.grounded_decoding is not False:
         with stage("grammar"):
-            constrained = grounded_decoding.constrain(
-                decoded,
-                text,
-                everywhere=p.grounded_decoding is True,
-                max_words=p.grounded_max_words,
-                clauses=p.grounded_clauses,
-                grammar=p.substring_grammar,
-                phrases=lookup,
-            )
+            constrained = _constrain(decoded, text, p, lookup, grammar_failed)
     grammar, json_schema, fields = _decoding(task, constrained)
     attempts: list[Attempt] = []
     feedback: list[str] = []
@@ -286,19 +279,13 @@ async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk:
             # Under the substring grammar a cut answer that was not cut by max_tokens means the
             # grammar left no token to go on with (llguidance masks to EOS, silently): decode the
             # next attempts without it rather than meet the same wall three times.
-            constrained = grounded_decoding.without_grammar(
-                decoded,
-                text,
-                everywhere=p.grounded_decoding is True,
-                why=f"the substring grammar ended attempt {number} early ({generation.text[-40:]!r})",
-                phrases=lookup,
-            )
-            grammar, json_schema = None, constrained.schema or task.engine_schema
-            fields = constrained.fields
+            grammar_failed = f"the substring grammar ended attempt {number} early ({generation.text[-40:]!r})"
+            constrained = _constrain(decoded, text, p, lookup, grammar_failed)
+            grammar, json_schema, fields = _decoding(task, constrained)
         elif constrained is not None and lookup is not None and _refuse(task, lookup, answer):
             # The next attempt must not be the same request: the refused evidence leaves its field's phrases.
             with stage("grammar"):
-                constrained = _reconstrained(decoded, text, p, constrained, lookup)
+                constrained = _constrain(decoded, text, p, lookup, grammar_failed) or constrained
             grammar, json_schema, fields = _decoding(task, constrained)
         cut = generation.finish_reason == "length"
         if cut:
@@ -439,25 +426,28 @@ def _refuse(task: Task, lookup: phrases.Lookup, answer: Answer) -> bool:
     return changed
 
 
-def _reconstrained(decoded: Any, text: str, p: Plan, last: Constraint, lookup: phrases.Lookup) -> Constraint:
-    """The last attempt's kind of decoding again, built with the phrases left after a refusal."""
+def _constrain(
+    decoded: Any, text: str, p: Plan, lookup: phrases.Lookup | None, grammar_failed: str | None
+) -> Constraint | None:
+    """What the next request is decoded under: the plan's grounded decoding, with the phrases left in ``lookup``.
+
+    ``grammar_failed``: why the substring grammar was given up for this text (the enum of spans, else
+    a post-hoc check, from then on).
+    """
     everywhere = p.grounded_decoding is True
-    if last.mode == "grammar":
-        rebuilt = grounded_decoding.constrain(
-            decoded,
-            text,
-            everywhere=everywhere,
-            max_words=p.grounded_max_words,
-            clauses=p.grounded_clauses,
-            grammar=p.substring_grammar,
-            phrases=lookup,
-        )
-        return rebuilt if rebuilt is not None else last
-    if last.mode == "enum":
+    if grammar_failed is not None:
         return grounded_decoding.without_grammar(
-            decoded, text, everywhere=everywhere, why=last.note or "", phrases=lookup
+            decoded, text, everywhere=everywhere, why=grammar_failed, phrases=lookup
         )
-    return last
+    return grounded_decoding.constrain(
+        decoded,
+        text,
+        everywhere=everywhere,
+        max_words=p.grounded_max_words,
+        clauses=p.grounded_clauses,
+        grammar=p.substring_grammar,
+        phrases=lookup,
+    )
 
 
 def _phrase_hints(task: Task, lookup: phrases.Lookup | None, answer: Answer) -> list[str]:
@@ -469,7 +459,7 @@ def _phrase_hints(task: Task, lookup: phrases.Lookup | None, answer: Answer) -> 
         found = task.values.get(grounding.field_path(pointer))
         if found is None:
             continue
-        left = [w for w in lookup.found(found) if w not in lookup.refused.get(found.path, set())][:MAX_HINTED_PHRASES]
+        left = lookup.left(found)[:MAX_HINTED_PHRASES]
         if left:
             hints.append(f"{pointer}: the text states a {found.kind} only as one of: {', '.join(map(repr, left))}")
     return hints

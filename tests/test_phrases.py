@@ -151,3 +151,13 @@ async def test_narrowed_evidence_reads_and_says_so(lease: tuple[Extractor, Scrip
     span = next(s for s in result.spans if s.path == "/start_date")
     assert LEASE[span.start : span.end] == "May 20, 2014"
     assert any("narrowed to 'May 20, 2014'" in n for n in result.notes)
+
+
+async def test_reading_the_texts_other_phrases_leaves_no_note(lease: tuple[Extractor, ScriptedEngine]) -> None:
+    extractor, engine = lease
+    text = "The lease starts on May 20, 2014; the keys are handed over tomorrow."
+    engine.enqueue([json.dumps({"start_date": "May 20, 2014", "term": None, "price": None, "landlord": None})])
+    result = await extractor.aextract("lease", text)
+    assert result.data["start_date"] == "2014-05-20"
+    # "tomorrow" is a phrase of the text, not the answer: no note that it was read against today
+    assert not any("reference_date" in n for n in result.notes), result.notes

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 
 from extractor.values import evidence
 from extractor.values.context import Context, EvidenceError
@@ -30,15 +31,19 @@ from extractor.values.normalize import normalize
 _YEAR = re.compile(r"\d{4}")
 
 
-def spans(text: str, value_field: ValueField, ctx: Context | None = None) -> list[tuple[int, int]]:
+def spans(
+    text: str, value_field: ValueField, ctx: Context | None = None, *, within: tuple[int, int] | None = None
+) -> list[tuple[int, int]]:
     """``(start, end)`` of each phrase of ``text`` that reads as a value of the field's kind, in reading order.
 
-    Empty for a field of readings (any words may be its value: no list holds them).
+    Empty for a field of readings (any words may be its value: no list holds them). ``within``:
+    only the phrases overlapping those offsets (the others are not read). Reading them leaves no
+    note on ``ctx``: they are candidates, not the answer.
     """
     kind = value_field.kind
     if kind == KIND_READINGS:
         return []
-    context = ctx or Context()
+    context = _probe(ctx)
     inside: list[tuple[int, int]] = []
     if kind in (*NUMBERS, "duration"):
         inside = [(s, e) for s, e in evidence.candidates(text, "date") if _YEAR.search(text[s:e])]
@@ -49,6 +54,8 @@ def spans(text: str, value_field: ValueField, ctx: Context | None = None) -> lis
             continue
         start = text.index(words, start)
         end = start + len(words)
+        if within is not None and not (start < within[1] and within[0] < end):
+            continue
         if any(s <= start and end <= e and (s, e) != (start, end) for s, e in inside):
             continue
         try:
@@ -77,13 +84,13 @@ def fit(text: str, value_field: ValueField, words: str, ctx: Context | None = No
     widened = evidence.widen(text, value_field, words)
     if widened != words or value_field.kind == KIND_READINGS:
         return widened, None
-    context = ctx or Context()
+    context = _probe(ctx)
     core = words.strip()
     at = text.find(core) if core else -1
     if at < 0:
         return words, None
     end = at + len(core)
-    found = spans(text, value_field, context)
+    found = spans(text, value_field, context, within=(at, end))  # the phrases these words touch
     if (at, end) in found:
         return words, None
     starting = [(s, e) for s, e in found if s <= at < e]
@@ -98,6 +105,11 @@ def fit(text: str, value_field: ValueField, words: str, ctx: Context | None = No
         return words, None
     phrase = text[chosen[0] : chosen[1]]
     return phrase, f"{value_field.path or '/'}: the evidence {_short(core)!r} was narrowed to {phrase!r}"
+
+
+def _probe(ctx: Context | None) -> Context:
+    """``ctx`` for reading candidates: its settings, notes of its own (a relative date's note is the answer's)."""
+    return replace(ctx, notes=[]) if ctx is not None else Context()
 
 
 def _reads(words: str, value_field: ValueField, ctx: Context) -> object:
@@ -132,6 +144,10 @@ class Lookup:
         value_field = field_at(pointer, kind, self.fields)
         if value_field is None or value_field.kind == KIND_READINGS:
             return None
+        return self.left(value_field)
+
+    def left(self, value_field: ValueField) -> tuple[str, ...]:
+        """The field's phrases, less those refused."""
         refused = self.refused.get(value_field.path, set())
         return tuple(p for p in self.found(value_field) if p not in refused)
 
