@@ -63,9 +63,7 @@ def field_queries(task: Task) -> list[FieldQuery]:
     """Every top-level field of ``task`` with its query (``x-extractor.query``, else its words)."""
     found: list[FieldQuery] = []
     for name, node in (task.schema.get("properties") or {}).items():
-        written = node.get(SETTINGS_KEY) if isinstance(node, Mapping) else None
-        # What the analyst wrote wins over what the pool's documents taught (Task.reading).
-        own = {**task.reading.get(name, {}), **(written if isinstance(written, Mapping) else {})}
+        own = field_options(node, task.reading.get(name, {}))
         words = [str(own.get("query") or ""), str(node.get("title") or ""), str(node.get("description") or ""), name]
         query = str(own["query"]) if own.get("query") else " ".join(w for w in words if w)
         found.append(
@@ -117,7 +115,9 @@ def _index(passages: tuple[str, ...]) -> Selector:
 @functools.lru_cache(maxsize=512)
 def field_task(task: Task, name: str) -> Task:
     """``task`` narrowed to one top-level field: its schema, prompt and examples hold that field only."""
-    node = _expected(task.schema["properties"][name], task.reading.get(name, {}))
+    node = _expected(
+        task.schema["properties"][name], field_options(task.schema["properties"][name], task.reading.get(name, {}))
+    )
     source: dict[str, Any] = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "type": "object",
@@ -157,13 +157,17 @@ def field_task(task: Task, name: str) -> Task:
     )
 
 
-def _expected(node: Any, learned: Mapping[str, Any]) -> Any:
-    """A field marked ``"expect": true`` (its passages do state it) asked for a value: no null, no empty list.
-
-    ``learned``: the field's options learned from the pool's documents, under its own.
-    """
+def field_options(node: Any, learned: Mapping[str, Any]) -> dict[str, Any]:
+    """A top-level field's ``x-extractor`` options: what the analyst wrote over what the pool's documents taught."""
     written = node.get(SETTINGS_KEY) if isinstance(node, Mapping) else None
-    own = {**learned, **(written if isinstance(written, Mapping) else {})}
+    return {**learned, **(written if isinstance(written, Mapping) else {})}
+
+
+def _expected(node: Any, own: Mapping[str, Any]) -> Any:
+    """A field whose options (``own``) say ``"expect": true`` (its passages do state it) asked for a value.
+
+    No null, no empty list.
+    """
     if not isinstance(node, Mapping) or own.get("expect") is not True:
         return node
     asked = dict(node)

@@ -127,4 +127,4 @@ def test_a_pool_without_documents_learns_nothing() -> None:
     assert reading.learn([Example("a text", {"x": 1})], ["x"], {}) is None
     source = Source("d", 0, 6, 5000, (), (Label("x", 4000, 4006),))
     learned = reading.learn([Example("x here", {"x": "here"}, source=source)], ["x"], {"x": "the x"})
-    assert learned is not None and learned.fields["x"]["from"] == ["start", "end"]
+    assert learned is not None and learned["x"]["from"] == ["start", "end"]

@@ -239,7 +239,7 @@ def _with_reading(task: Task, *, written: Mapping[str, Any], tuned: tuple[dict[s
     said = [layer.get(SETTINGS_KEY, layer).get("chunking") for layer in (written, tuned[0] if tuned else {})]
     if chunking is not None and not any(isinstance(c, Mapping) and "by_field" in c for c in said):
         chunking = replace(chunking, by_field=True, max_chars=chunking.max_chars or reading.PASSAGE_CHARS)
-    return replace(task, reading=learned.fields, settings=replace(task.settings, chunking=chunking))
+    return replace(task, reading=learned, settings=replace(task.settings, chunking=chunking))
 
 
 def _tuned_layer(root: Path, name: str) -> tuple[dict[str, Any], str]:

@@ -25,7 +25,6 @@ import math
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from extractor.examples.pool import Example, Source
 
@@ -83,60 +82,48 @@ _STOP = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class Learned:
-    """What the pool says of reading its documents: per field, ``x-extractor`` options, and the evidence."""
+def learn(
+    examples: Sequence[Example], fields: Sequence[str], descriptions: Mapping[str, str]
+) -> dict[str, dict[str, object]] | None:
+    """Per-field ``x-extractor`` reading options from the pool lines that came from labelled documents.
 
-    fields: Mapping[str, Mapping[str, object]]
-    documents: int
-    why: Mapping[str, str]  # per field, the figures behind its options
-
-
-def learn(examples: Sequence[Example], fields: Sequence[str], descriptions: Mapping[str, str]) -> Learned | None:
-    """Per-field reading options from the pool lines that came from labelled documents (None: none did)."""
-    sources = {e.source.document: e.source for e in examples if e.source is not None}
-    if not sources:
+    None when no line did.
+    """
+    documents = sources(examples)
+    if not documents:
         return None
     passages = [e for e in examples if e.source is not None]
-    documents = len(sources)
+    seen: Counter[str] = Counter(w for e in passages for w in set(_words(e.text)))  # each word's passages
     learned: dict[str, dict[str, object]] = {}
-    why: dict[str, str] = {}
     for name in fields:
-        firsts = {
-            d: min((x for x in s.labels if x.field == name), key=lambda x: x.start, default=None)
-            for d, s in sources.items()
-        }
-        stated = [(sources[d], label) for d, label in firsts.items() if label is not None]
-        share = len(stated) / documents
+        firsts = [
+            (s, min((x for x in s.labels if x.field == name), key=lambda x: x.start, default=None)) for s in documents
+        ]
+        stated = [(s, label) for s, label in firsts if label is not None]
         at_start = sum(label.start < PASSAGE_CHARS for _, label in stated) / max(1, len(stated))
         at_ends = sum(label.start < PASSAGE_CHARS or label.end > s.length - PASSAGE_CHARS for s, label in stated)
-        at_ends_share = at_ends / max(1, len(stated))
         options: dict[str, object] = {}
         if stated and at_start >= SURE:
             options.update({"from": "start", "passages": 1})
-        elif stated and at_ends_share >= SURE:
+        elif stated and at_ends / len(stated) >= SURE:
             options.update({"from": ["start", "end"], "passages": 1})
         else:
-            options["query"] = query(passages, name, descriptions.get(name, ""))
-        if share >= STATED:
+            options["query"] = query(passages, seen, name, descriptions.get(name, ""))
+        if len(stated) / len(documents) >= STATED:
             options["expect"] = True
         learned[name] = options
-        why[name] = (
-            f"stated in {len(stated)} of {documents} documents; in the first passage in {at_start:.0%}, "
-            f"the first or last in {at_ends_share:.0%}"
-        )
-    return Learned(learned, documents, why)
+    return learned
 
 
-def query(passages: Sequence[Example], name: str, description: str) -> str:
-    """The words that announce a field's labels in the pool's passages, with the field's own words."""
+def query(passages: Sequence[Example], seen: Counter[str], name: str, description: str) -> str:
+    """The words that announce a field's labels in the pool's passages, with the field's own words.
+
+    ``seen``: how many of the passages hold each word.
+    """
     before: Counter[str] = Counter()
-    seen: Counter[str] = Counter()
     for example in passages:
         source = example.source
         assert source is not None
-        words = set(_words(example.text))
-        seen.update(words)
         for label in source.labels:
             if label.field != name or not (source.start <= label.start and label.end <= source.end):
                 continue
