@@ -72,3 +72,11 @@ def test_python_stdin_gets_the_error_before_vllm_starts(tmp_path: Path) -> None:
     script.write_text(START)
     done = _run([str(script)], cwd=tmp_path)
     assert done.returncode != 0 and 'without `if __name__ == "__main__":`' in done.stderr
+
+
+def test_every_main_module_the_project_ships_is_guarded() -> None:
+    # `python -m extractor.cli serve` starts an in-process engine: its spawned core imports this module again
+    mains = sorted(ROOT.glob("extractor/**/__main__.py")) + sorted(ROOT.glob("bench/**/__main__.py"))
+    assert mains
+    for path in mains:
+        main_guard.check(cuda=False, main=module(str(path), spec_name=path.parent.name + ".__main__"))
