@@ -26,6 +26,8 @@ import os
 import re
 import resource
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -120,6 +122,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     lines = lines[: args.limit] if args.limit else lines
     into = Path(tempfile.mkdtemp(prefix="kleister-"))
     root = catalog_root(args.pool, into, newcomer=args.newcomer, sources=not args.forget_sources)
+    tuning_s = None
+    if args.tune:  # as a newcomer would: `extractor tune --documents` on the train documents imported
+        started = time.perf_counter()
+        command = [sys.executable, "-m", "extractor.cli", "tune", "nda", "--documents", str(root / "train.jsonl")]
+        command += ["--docs", str(args.tune), "--tasks-dir", str(root), "--engine", args.engine, "--no-try-model"]
+        subprocess.run(command, check=True)
+        tuning_s = round(time.perf_counter() - started, 1)
     settings = Settings.from_env(engine=args.engine, tasks_dir=root)
     limits = documents.Limits.from_settings(settings)
     catalog = Catalog.load(root)
@@ -188,6 +197,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         await extractor.aclose()
     summary = summarize(records, elapsed=elapsed, ready=ready, args=args)
+    if tuning_s is not None:
+        summary |= {"tuned_on_documents": args.tune, "tune_s": tuning_s}
     if raw_s is not None:
         summary["raw_vllm_s"] = round(raw_s, 1)
         summary["extractor_s"] = round(elapsed, 1)
@@ -350,6 +361,7 @@ def main() -> None:
     parser.add_argument("--id", action="append", default=[], help="only this document (file name; repeatable)")
     parser.add_argument("--pool", type=int, default=0, help="train documents imported into the pool (0: none)")
     parser.add_argument("--newcomer", action="store_true", help="a newcomer's task: the fields' descriptions only")
+    parser.add_argument("--tune", type=int, default=0, help="first `extractor tune --documents` on N of the pool's")
     parser.add_argument("--raw", action="store_true", help="then the bare engine reading each document once (issue 58)")
     parser.add_argument(
         "--forget-sources", action="store_true", help="the pool without its documents' sources (nothing learned)"

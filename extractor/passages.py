@@ -115,9 +115,10 @@ def _index(passages: tuple[str, ...]) -> Selector:
 @functools.lru_cache(maxsize=512)
 def field_task(task: Task, name: str) -> Task:
     """``task`` narrowed to one top-level field: its schema, prompt and examples hold that field only."""
-    node = _expected(
-        task.schema["properties"][name], field_options(task.schema["properties"][name], task.reading.get(name, {}))
-    )
+    own = field_options(task.schema["properties"][name], task.reading.get(name, {}))
+    if task.settings.date_order is not None:  # the analyst's order for the whole task wins over a learned one
+        own = {k: v for k, v in own.items() if k != "date_order"}
+    node = _with_date_order(_expected(task.schema["properties"][name], own), own)
     source: dict[str, Any] = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "type": "object",
@@ -178,6 +179,17 @@ def _expected(node: Any, own: Mapping[str, Any]) -> Any:
     if asked.get("type") == "array":
         asked["minItems"] = max(1, int(asked.get("minItems", 0)))
     return asked
+
+
+def _with_date_order(node: Any, own: Mapping[str, Any]) -> Any:
+    """A date field whose options hold a ``date_order`` (learned from its labels) read in that order."""
+    if not isinstance(node, Mapping) or "date_order" not in own:
+        return node
+    written = node.get(SETTINGS_KEY)
+    return {
+        **node,
+        SETTINGS_KEY: {**(written if isinstance(written, Mapping) else {}), "date_order": own["date_order"]},
+    }
 
 
 def _field_pool(task: Task, name: str, *, stated_only: bool = False) -> ExamplePool | None:

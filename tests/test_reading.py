@@ -101,7 +101,8 @@ def test_a_bad_source_names_what_to_fix(source: Any, says: str) -> None:
 def test_reading_is_learned_per_field_from_where_the_labels_sit(imported: Path) -> None:
     task = Catalog.load(imported).get("nda")
     assert task.settings.chunking is not None and task.settings.chunking.by_field  # turned on by the documents
-    assert task.reading["party"] == {"from": "start", "passages": 1, "expect": True}
+    party = task.reading["party"]
+    assert {k: party[k] for k in ("from", "passages", "expect")} == {"from": "start", "passages": 1, "expect": True}
     law = task.reading["jurisdiction"]
     assert law["expect"] is True and "from" not in law
     assert "governed" in str(law["query"]).split()  # the words before the labels
@@ -128,3 +129,133 @@ def test_a_pool_without_documents_learns_nothing() -> None:
     source = Source("d", 0, 6, 5000, (), (Label("x", 4000, 4006),))
     learned = reading.learn([Example("x here", {"x": "here"}, source=source)], ["x"], {"x": "the x"})
     assert learned is not None and learned["x"]["from"] == ["start", "end"]
+
+
+def answer_from_the_passage(request: Any) -> str:
+    """A model that answers the one field asked from the passage it is shown, when the passage states it."""
+    import re
+
+    asked = (request.grammar or json.dumps(request.json_schema)).replace('\\"', '"')
+    text = request.messages[-1]["content"]
+    if '"party"' in asked:
+        found = re.search(r"between (.+?)\s+and (.+?)\.\s", text, re.DOTALL)
+        return json.dumps({"party": [found.group(1), found.group(2)] if found else []})
+    if '"jurisdiction"' in asked:
+        law = re.search(r"the State of ([A-Z]\w+(?: [A-Z]\w+)?)", text)
+        return json.dumps({"jurisdiction": law.group(1) if law else None})
+    return json.dumps({"term": None})
+
+
+async def test_tune_by_document_chooses_each_fields_reading_beyond_noise(imported: Path, tmp_path: Path) -> None:
+    from extractor import Extractor, ScriptedEngine, Settings
+    from extractor.catalog.tuned import tuned_path
+    from extractor.examples.importing import read_documents
+    from extractor.jobs import tuning
+    from extractor.review import fitting
+
+    # tuned before to read the law from the ends of a contract: it sits on page 2, in neither
+    tuned_path(imported, "nda").parent.mkdir()
+    tuned_path(imported, "nda").write_text(json.dumps({"x-extractor": {"reading": {"jurisdiction": "ends"}}}))
+    catalog = Catalog.load(imported)
+    task = catalog.get("nda")
+    assert task.reading["jurisdiction"] == {"from": ["start", "end"], "passages": 1, "expect": True}
+    documents = read_documents(tmp_path / "gold.jsonl", task)
+    assert [d.id for d in documents] == [f"c{n}" for n in range(5)]
+    assert documents[0].expected["party"] == ["Acme Widgets, Inc", "Beta Labs LLC"]  # as the document words it
+    cases = fitting.document_cases(task, documents, count=5, folds=5)
+    for case in cases:  # no document is read with what its own labels taught
+        held = next(d.id for d in documents if d.text == case.text)
+        assert case.task.pool is not None and all(
+            e.source is None or e.source.document != held for e in case.task.pool.examples
+        )
+        assert case.task.reading["jurisdiction"].get("from") is None  # learned again: ranked by its query
+    options = tuning.reading_candidates(task, {"jurisdiction": "ends"})
+    labels = [c.label for c in options]
+    assert labels[0] == "as it is" and "every field ranked" in labels and labels[-1] == tuning.WHOLE_ANSWERS
+    settings = Settings.from_env({}, home=tmp_path / "home", engine="scripted", tasks_dir=imported)
+    extractor = Extractor(settings=settings, engine=ScriptedEngine(respond=answer_from_the_passage), catalog=catalog)
+    rows = await tuning.tune(extractor.arun, cases, options)
+    chosen, fields = tuning.by_field(rows)
+    by = {c.name: c for c in fields}
+    assert by["jurisdiction"].f1["as it is"] == 0.0 and by["jurisdiction"].gain.beyond_noise
+    assert by["jurisdiction"].chosen != "as it is"
+    assert by["party"].chosen == "as it is"  # read right already: nothing beats it beyond noise
+    assert chosen.f1 > rows[0].f1 and chosen.candidate.settings["reading"]["party"] == "learned"
+    assert chosen.candidate.label.startswith("per field")  # whole answers are not beyond noise of it
+    assert "| jurisdiction | 0.000 |" in tuning.field_table(fields)
+    tuning.write(imported, task, rows, chosen, lines=len(cases), folds=5, fields=fields)
+    again = Catalog.load(imported).get("nda")  # the catalog reads each field's reading from the tuned file
+    assert again.reading["jurisdiction"].get("from") != ["start", "end"]
+    assert json.loads(tuned_path(imported, "nda").read_text())["by"] == "document"
+
+
+def test_tune_by_document_names_what_to_fix(imported: Path, tmp_path: Path) -> None:
+    from extractor.cli import main
+
+    (tmp_path / "bad.jsonl").write_text(json.dumps({"file": "nowhere.pdf", "expected": {}}) + "\n")
+    code = main(["tune", "nda", "--documents", str(tmp_path / "bad.jsonl"), "--tasks-dir", str(imported)])
+    assert code == 2
+    schema = json.loads(json.dumps(SCHEMA)) | {"x-extractor": {"chunking": {"by_field": False}}}
+    (imported / "schemas" / "nda.json").write_text(json.dumps(schema))
+    from extractor.errors import ConfigError
+    from extractor.jobs import tuning
+
+    with pytest.raises(ConfigError, match="does not read its documents field by field"):
+        tuning.reading_candidates(Catalog.load(imported).get("nda"))
+
+
+def test_extractor_tasks_shows_how_each_field_reads(imported: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from extractor.catalog.tuned import tuned_path
+    from extractor.cli import main
+
+    tuned_path(imported, "nda").parent.mkdir()
+    tuned_path(imported, "nda").write_text(json.dumps({"x-extractor": {"reading": {"party": "ranked"}}}))
+    assert main(["tasks", "--tasks-dir", str(imported)]) == 0
+    shown = capsys.readouterr().out
+    assert "reads long documents field by field: party ranked (tuned), jurisdiction learned, term learned" in shown
+    assert main(["tasks", "--json", "--tasks-dir", str(imported)]) == 0
+    party = json.loads(capsys.readouterr().out)["tasks"][0]["reading"]["party"]
+    assert party["variant"] == "ranked (tuned)" and party["options"]["passages"] == 3
+
+
+def test_a_date_fields_order_is_learned_from_how_its_labels_are_written() -> None:
+    def line(words: str, value: str, n: int) -> Example:
+        text = f"This Agreement is effective as of {words} between the parties."
+        at = text.index(words)
+        label = Label("effective_date", at, at + len(words))
+        return Example(text, {"effective_date": value}, source=Source(f"d{n}", 0, len(text), len(text), (), (label,)))
+
+    day_first = [
+        line("05/06/2014", "2014-06-05", 0),
+        line("20.5.2015", "2015-05-20", 1),
+        line("1/1/2016", "2016-01-01", 2),
+    ]
+    assert reading.date_order(day_first, "effective_date") == "DMY"  # 1/1 tells nothing; the others agree
+    learned = reading.learn(day_first, ["effective_date"], {})
+    assert learned is not None and learned["effective_date"]["date_order"] == "DMY"
+    mixed = [*day_first, line("06/05/2014", "2014-06-05", 3)]
+    assert reading.date_order(mixed, "effective_date") is None  # 2 against 1: not sure enough
+    assert reading.date_order([line("May 20, 2014", "2014-05-20", 4)], "effective_date") is None
+    assert reading.variant("ranked", learned["effective_date"])["date_order"] == "DMY"
+    assert "date_order" not in reading.variant("plain", learned["effective_date"])
+
+
+def test_a_learned_date_order_reads_the_fields_passages(tmp_path: Path) -> None:
+    (tmp_path / "schemas").mkdir()
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "examples").mkdir()
+    node = {"type": ["string", "null"], "format": "date", "description": "when it takes effect"}
+    schema = {"type": "object", "properties": {"effective_date": node}, "required": ["effective_date"]}
+    (tmp_path / "schemas" / "d.json").write_text(json.dumps(schema))
+    (tmp_path / "prompts" / "d.j2").write_text("When does it take effect?")
+    lines = []
+    for n, (words, value) in enumerate([("05/06/2014", "2014-06-05"), ("20.5.2015", "2015-05-20")]):
+        text = f"This Agreement is effective as of {words} between the parties."
+        at = text.index(words)
+        labels = [{"field": "effective_date", "start": at, "end": at + len(words)}]
+        source = {"document": f"d{n}", "start": 0, "end": len(text), "length": len(text), "pages": [], "labels": labels}
+        lines.append(json.dumps({"text": text, "output": {"effective_date": value}, "source": source}))
+    (tmp_path / "examples" / "d.jsonl").write_text("\n".join(lines) + "\n")
+    task = Catalog.load(tmp_path).get("d")
+    assert task.reading["effective_date"]["date_order"] == "DMY"
+    assert field_task(task, "effective_date").values["/effective_date"].settings["date_order"] == "DMY"

@@ -111,6 +111,9 @@ async def test_the_budget_stops_starting_candidates(tmp_path: Path) -> None:
     cases = fitting.own_cases(task, lines=4, folds=2)
     rows = await tuning.tune(extractor.arun, cases, tuning.candidates(task), budget_s=0.01, concurrency=1)
     assert len(rows) == 1  # the first always runs; the next would end past the budget
+    # and inside a candidate too: no case starts past the budget, and the table says where it stopped
+    assert rows[0].stopped == 1 and f"(budget spent after 1 of {len(cases)})" in tuning.table(rows)
+    assert tuning.winner(rows) is rows[0]  # nothing whole to choose: the task as it is stays
 
 
 def test_a_reload_picks_up_what_tuning_wrote(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from extractor.catalog import calibration, limits, templating, tuned
 from extractor.catalog.checks import Checked, check_all
 from extractor.catalog.settings import SETTINGS_KEY
 from extractor.catalog.task import Task, describe_fields
+from extractor.catalog.tuned import READING
 from extractor.config import GrammarBackend
 from extractor.constraints import task_schema
 from extractor.errors import ConfigError, TaskError, UnknownTaskError
@@ -225,16 +226,17 @@ def _with_adapter(where: str, task: Task, root: Path) -> Task:
 def _with_reading(task: Task, *, written: Mapping[str, Any], tuned: tuple[dict[str, Any], str] | None) -> Task:
     """A task whose pool came from labelled documents: long documents read field by field, as the pool taught.
 
-    Each field's learned options (:func:`extractor.examples.reading.learn`) sit under what the
-    analyst wrote on it; reading by field is on unless the schema or the tuned file says otherwise.
+    Each field's learned options (:func:`extractor.examples.reading.learn`), under the variant the
+    tuned file chose for it (``extractor tune --documents``), sit under what the analyst wrote on
+    it; reading by field is on unless the schema or the tuned file says otherwise.
     """
     if task.pool is None or not len(task.pool):
         return task
-    properties = task.schema.get("properties") or {}
-    descriptions = {str(k): str(v.get("description") or "") for k, v in properties.items() if isinstance(v, Mapping)}
-    learned = reading.learn(task.pool.examples, list(descriptions), descriptions)
+    learned = reading.of_schema(task.pool.examples, task.schema)
     if learned is None:
         return task
+    chosen = (tuned[0] if tuned else {}).get(READING) or {}  # per field, the variant tune measured best
+    learned = {f: reading.variant(chosen[f], o) if f in chosen else o for f, o in learned.items()}
     chunking = task.settings.chunking
     said = [layer.get(SETTINGS_KEY, layer).get("chunking") for layer in (written, tuned[0] if tuned else {})]
     if chunking is not None and not any(isinstance(c, Mapping) and "by_field" in c for c in said):

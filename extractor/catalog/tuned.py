@@ -10,7 +10,9 @@ A task's ``x-extractor`` block is read over two other layers:
    ``"examples_from_pool": {"hints": false}``.
 2. **the schema's** ``x-extractor`` block, as the analyst wrote it;
 3. **``tuned/<task>.json``** under the catalog root: the settings ``extractor tune`` measured best on
-   the task's own labelled lines (:mod:`extractor.jobs.tuning`), with the table it measured. Tuning
+   the task's own labelled lines or documents (:mod:`extractor.jobs.tuning`), with the table it
+   measured; by document, also each field's reading (a :data:`~extractor.examples.reading.VARIANTS`
+   name, applied to what the pool teaches, under what the analyst wrote on the field). Tuning
    writes it, a reload picks it up, deleting it goes back to the schema's settings.
 
 Pure: reading the tuned file is the caller's (:func:`read`).
@@ -26,12 +28,14 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from extractor.errors import ConfigError
+from extractor.examples.reading import VARIANTS
 
 DEFAULTS: dict[str, Any] = {
     "grounded_decoding": True,
     "chunking": True,
     "examples_from_pool": {"hints": True},
 }
+READING = "reading"  # the tuned file's per-field reading variants
 # Settings that are on or off or hold a block: a layer may write the block, true (its defaults) or false (off).
 _BLOCKS = ("examples_from_pool", "chunking")
 # What tuning chooses (the rest of a task's settings are the analyst's).
@@ -45,6 +49,13 @@ TUNED_SETTINGS: dict[str, Any] = {
             "properties": {"k": {"type": "integer", "minimum": 0, "maximum": 16}, "hints": {"type": "boolean"}},
         },
         "grounded_decoding": {"type": "boolean"},
+        # by document (``extractor tune --documents``): whole answers or field by field, and each field's reading
+        "chunking": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {"by_field": {"type": "boolean"}},
+        },
+        READING: {"type": "object", "additionalProperties": {"enum": list(VARIANTS)}},
         "adapter": {"type": "boolean"},
         "model": {"type": "string", "minLength": 1},
     },
@@ -81,6 +92,8 @@ def layered(written: Mapping[str, Any], tuned: Mapping[str, Any] | None = None) 
     merged: dict[str, Any] = dict(DEFAULTS)
     for layer in (written, tuned or {}):
         for key, value in layer.items():
+            if key == READING:
+                continue  # not a task setting: the catalog applies it to the learned reading (loading)
             if key in _BLOCKS and isinstance(value, Mapping):
                 below = merged.get(key)
                 merged[key] = {**(below if isinstance(below, Mapping) else {}), **value}

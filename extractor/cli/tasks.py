@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from extractor.cli.output import print_json
 from extractor.cli.settings import add_settings, settings_from
+
+if TYPE_CHECKING:
+    from extractor.catalog.tasks import Task
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -36,6 +41,10 @@ def run(args: argparse.Namespace) -> int:
                         "pool": len(t.pool) if t.pool is not None else 0,
                         "model": t.settings.model or settings.model,
                         "warnings": list(t.warnings),
+                        "reading": {
+                            f: {"variant": v, "options": dict(t.reading[f])}
+                            for f, v in _reading(t, settings.tasks_dir).items()
+                        },
                     }
                     for t in catalog.tasks.values()
                 ],
@@ -50,6 +59,9 @@ def run(args: argparse.Namespace) -> int:
             print(
                 f"{name:32} {len(task.fields):3} fields  {len(task.examples)} examples {pool}  {model:12} {task.title}"
             )
+            if task.reading and task.settings.chunking is not None and task.settings.chunking.by_field:
+                read = ", ".join(f"{f} {v}" for f, v in _reading(task, settings.tasks_dir).items())
+                print(f"  reads long documents field by field: {read}")
             for warning in task.warnings:
                 print(f"  warning: {warning}")
         for error in catalog.errors:
@@ -67,3 +79,12 @@ def run(args: argparse.Namespace) -> int:
             return 1
         print(f"ok: {len(catalog.tasks)} task(s)", file=sys.stderr)
     return 0
+
+
+def _reading(task: Task, root: Path) -> dict[str, str]:
+    """Each field's reading variant: as ``extractor tune --documents`` chose it (tuned), else as the pool taught it."""
+    from extractor.catalog import tuned
+
+    path = tuned.tuned_path(root, task.name)
+    chosen = tuned.read(path).get(tuned.READING) or {} if path.is_file() else {}
+    return {f: f"{chosen[f]} (tuned)" if f in chosen else "learned" for f in task.reading}

@@ -5,12 +5,21 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from extractor.cli.output import engine_output_to_stderr
 from extractor.cli.settings import add_settings, settings_from
 from extractor.config import Settings
 from extractor.errors import ExtractorError
 from extractor.models import MODELS, prepare_model, prepared_models
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from extractor.api import Extractor
+    from extractor.catalog.tasks import Task
+    from extractor.jobs import tuning
+    from extractor.review.fitting import Case
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -21,9 +30,18 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     tune.add_argument("task", metavar="TASK")
     tune.add_argument("--lines", type=int, default=100, help="pool lines to measure on, in folds (default: 100)")
+    tune.add_argument(
+        "--documents",
+        metavar="FILE",
+        help="tune by document: the labelled documents of this gold file (lines with 'file', as imported), "
+        "read whole as serving reads them, folded by document; chooses each field's reading",
+    )
+    tune.add_argument("--docs", type=int, default=40, help="with --documents: documents to measure on (default: 40)")
     tune.add_argument("--folds", type=int, default=5, help="the lines are cut in this many folds (default: 5)")
     tune.add_argument("--k", default="0,3,5", help="worked examples per request to try (default: 0,3,5)")
-    tune.add_argument("--budget", type=float, help="seconds: no candidate starts that would end past it")
+    tune.add_argument(
+        "--budget", type=float, help="seconds: no candidate starts that would end past it, and no case once it is spent"
+    )
     tune.add_argument("--dry-run", action="store_true", help="measure and print the table; write nothing")
     tune.add_argument(
         "--try-model",
@@ -43,8 +61,6 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 def run(args: argparse.Namespace) -> int:
     """Measure the task's candidates on its pool within the budget, write the winner and calibrate on its marks."""
-    import asyncio
-
     from extractor import pipeline
     from extractor.api import Extractor
     from extractor.catalog.tasks import calibration_path
@@ -58,9 +74,17 @@ def run(args: argparse.Namespace) -> int:
             f"task {task.name!r} has no example pool to tune on: import labelled lines first "
             f"(`extractor examples import {task.name} FILE`)"
         )
+    if args.documents is not None:
+        return _by_document(args, extractor, task)
     ks = tuple(int(k) for k in args.k.split(","))
     options = tuning.candidates(task, ks=ks)
     cases = fitting.own_cases(task, lines=args.lines, folds=args.folds, seed=args.seed)
+    if any(e.source is not None for e in task.pool.examples):
+        print(
+            f"(this pool came from labelled documents: `extractor tune {task.name} --documents FILE` measures "
+            "each field's reading on them, whole)",
+            file=sys.stderr,
+        )
     own = task.settings.model or extractor.settings.model
     others = models_to_try(extractor.settings, own, asked=args.try_model, others=args.try_others)
     preparing = unprepared(extractor.settings, others)
@@ -72,32 +96,7 @@ def run(args: argparse.Namespace) -> int:
         prepare_model(extractor.settings.with_(model=name))
         budget = None if budget is None else budget - (time.perf_counter() - started)
 
-    def shown(row: tuning.Row) -> None:
-        m = row.metrics
-        print(
-            f"  {row.candidate.label:28} F1 {row.f1:.3f}  valid {m['schema_valid_rate']:.1%}  "
-            f"{m['docs_per_s']:.2f} docs/s",
-            file=sys.stderr,
-        )
-
-    async def run() -> list[tuning.Row]:
-        try:
-            await extractor.astart()
-            return await tuning.tune(
-                extractor.arun,
-                cases,
-                options,
-                budget_s=budget,
-                concurrency=args.concurrency or extractor.settings.max_num_seqs,
-                on_row=shown,
-                models=others,
-                start=lambda served: extractor.engine_for(served).start(),
-            )
-        finally:
-            await extractor.aclose()
-
-    with engine_output_to_stderr():
-        rows = asyncio.run(run())
+    rows = _measure(args, extractor, cases, options, budget, _shown, models=others)
     chosen = tuning.winner(rows)
     print(tuning.table(rows, chosen))
     left = len(options) + len(others) - len(rows)
@@ -119,6 +118,89 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _by_document(args: argparse.Namespace, extractor: Extractor, task: Task) -> int:
+    """``tune --documents FILE``: each field's reading measured on whole labelled documents, chosen per field."""
+    from pathlib import Path
+
+    from extractor.catalog import tuned
+    from extractor.examples.importing import read_documents
+    from extractor.jobs import tuning
+    from extractor.review import fitting
+
+    path = tuned.tuned_path(extractor.settings.tasks_dir, task.name)
+    current = tuned.read(path).get(tuned.READING) if path.is_file() else None
+    options = tuning.reading_candidates(task, current)
+    try:
+        documents = read_documents(Path(args.documents), task)
+    except (OSError, ValueError) as error:
+        raise ExtractorError(f"--documents: {error}") from None
+    cases = fitting.document_cases(task, documents, count=args.docs, folds=args.folds, seed=args.seed)
+    print(
+        f"`extractor tune {task.name} --documents` would measure {len(options)} readings "
+        f"({'; '.join(c.label for c in options)}) on {len(cases)} documents held out in {args.folds} folds, "
+        "then choose each field's reading on its own",
+        file=sys.stderr,
+    )
+
+    rows = _measure(args, extractor, cases, options, args.budget, _shown)
+    chosen, fields = tuning.by_field(rows)
+    print(tuning.table(rows, chosen))
+    print()
+    print(tuning.field_table(fields))
+    print(f"\nchosen: {chosen.candidate.label} (F1 {chosen.f1:.3f})", file=sys.stderr)
+    if args.dry_run:
+        print("(dry run: nothing written)", file=sys.stderr)
+        return 0
+    written = tuning.write(
+        extractor.settings.tasks_dir, task, rows, chosen, lines=len(cases), folds=args.folds, fields=fields
+    )
+    print(f"written to {written} (a running service picks it up)", file=sys.stderr)
+    return 0
+
+
+def _shown(row: tuning.Row) -> None:
+    m = row.metrics
+    print(
+        f"  {row.candidate.label:28} F1 {row.f1:.3f}  valid {m['schema_valid_rate']:.1%}  {m['docs_per_s']:.2f} docs/s",
+        file=sys.stderr,
+    )
+
+
+def _measure(
+    args: argparse.Namespace,
+    extractor: Extractor,
+    cases: Sequence[Case],
+    options: Sequence[tuning.Candidate],
+    budget: float | None,
+    shown: Callable[[tuning.Row], None],
+    *,
+    models: Sequence[str] = (),
+) -> list[tuning.Row]:
+    """The candidates measured on the cases within the budget, the engine's output kept off stdout."""
+    import asyncio
+
+    from extractor.jobs import tuning
+
+    async def run() -> list[tuning.Row]:
+        try:
+            await extractor.astart()
+            return await tuning.tune(
+                extractor.arun,
+                cases,
+                options,
+                budget_s=budget,
+                concurrency=args.concurrency or extractor.settings.max_num_seqs,
+                on_row=shown,
+                models=models,
+                start=lambda served: extractor.engine_for(served).start(),
+            )
+        finally:
+            await extractor.aclose()
+
+    with engine_output_to_stderr():
+        return asyncio.run(run())
 
 
 def models_to_try(settings: Settings, own: str, *, asked: list[str] | None = None, others: bool = True) -> list[str]:

@@ -10,7 +10,7 @@ the schema allows it. Each line then passes the same checks as a pool line.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -92,36 +92,29 @@ def import_gold(
     report = ImportReport()
     lines: list[dict[str, Any]] = []
     seen: set[str] = set()
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            if not raw.strip():
-                continue
-            try:
-                value = json.loads(raw)
-                if not isinstance(value, dict):
-                    raise ValueError("expected a JSON object")
-                if task_field in value:
-                    name = mapping(value[task_field]) if mapping is not None else value[task_field]
-                    if name != task.name:
-                        report.other_task += 1
-                        continue
-                found = (
-                    _document_lines(value, task, path.parent, report) if "file" in value else [_pool_line(value, task)]
-                )
-                for line in found:
-                    check_line(
-                        json.dumps(line), validator=task.validator, ungrounded=task.ungrounded | set(task.values)
-                    )
-            except (ValueError, KeyError, ExtractorError) as error:
-                report.refused.append(f"{path}:{number}: {error}")
-                continue
-            for line in found:
-                if line["text"].strip() in seen:
-                    report.duplicates += 1
+    for number, raw in _lines(path):
+        try:
+            value = json.loads(raw)
+            if not isinstance(value, dict):
+                raise ValueError("expected a JSON object")
+            if task_field in value:
+                name = mapping(value[task_field]) if mapping is not None else value[task_field]
+                if name != task.name:
+                    report.other_task += 1
                     continue
-                seen.add(line["text"].strip())
-                lines.append(line)
-                report.kept += 1
+            found = _document_lines(value, task, path.parent, report) if "file" in value else [_pool_line(value, task)]
+            for line in found:
+                check_line(json.dumps(line), validator=task.validator, ungrounded=task.ungrounded | set(task.values))
+        except (ValueError, KeyError, ExtractorError) as error:
+            report.refused.append(f"{path}:{number}: {error}")
+            continue
+        for line in found:
+            if line["text"].strip() in seen:
+                report.duplicates += 1
+                continue
+            seen.add(line["text"].strip())
+            lines.append(line)
+            report.kept += 1
     return lines, report
 
 
@@ -144,6 +137,62 @@ def _document_lines(value: Mapping[str, Any], task: Task, base: Path, report: Im
     report.placed += len(placed.spans)
     report.unplaced += [f"{value['file']}: {label}" for label in placed.missing]
     return lines
+
+
+@dataclass(frozen=True)
+class LabelledDocument:
+    """A labelled document of a gold file, converted: what ``extractor tune --documents`` reads whole."""
+
+    id: str  # as its pool lines name it (``source.document``)
+    text: str
+    # The labels as the document words them where they were placed (``3 years`` -> the duration its
+    # words read as), as written where they were not
+    expected: dict[str, Any]
+
+
+def read_documents(path: Path, task: Task) -> list[LabelledDocument]:
+    """The labelled documents of the gold file at ``path`` (lines with ``file``), converted as serving converts them.
+
+    ``ValueError`` naming the line when one cannot be read; lines without ``file`` are skipped.
+    """
+    from extractor import documents  # PDF/HTML/DOCX conversion
+
+    found: list[LabelledDocument] = []
+    for number, raw in _lines(path):
+        try:
+            value = json.loads(raw)
+            if not isinstance(value, dict) or "file" not in value:
+                continue
+            if not isinstance(value["file"], str) or not isinstance(value.get("expected", value.get("output")), dict):
+                raise ValueError("a document line needs 'file' (a path) and 'expected' or 'output'")
+            output = value["output"] if "output" in value else shape(value["expected"], task.schema)
+            text = documents.read(path.parent / value["file"]).text
+        except (ValueError, OSError, ExtractorError) as error:
+            raise ValueError(f"{path}:{number}: {error}") from None
+        found.append(LabelledDocument(str(value.get("id") or value["file"]), text, _as_worded(task, text, output)))
+    return found
+
+
+def _as_worded(task: Task, text: str, output: Mapping[str, Any]) -> dict[str, Any]:
+    """``output`` with each label placed in ``text`` as the document words it (:func:`placing.place`)."""
+    placed = placing.place(task, text, output)
+    worded: dict[str, Any] = {}
+    for name, value in output.items():
+        here = [v for n, v, _, _ in placed.spans if n == name]
+        if isinstance(value, list):
+            left = [v for v in value if f"{name}: {v!r}" in placed.missing]
+            worded[name] = [v for i, v in enumerate([*here, *left]) if v not in [*here, *left][:i]]
+        else:
+            worded[name] = here[0] if here else value
+    return worded
+
+
+def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """The non-blank lines of a JSONL file, with their numbers (from 1)."""
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if raw.strip():
+                yield number, raw
 
 
 def write_pool(path: Path, lines: list[dict[str, Any]]) -> None:

@@ -12,11 +12,17 @@ in the document):
 * **the query**: the words that stand before the field's labels across documents, weighed
   against how common they are in the pool's passages (a tf-idf), with the field's own words;
 * **expect**: a field the labels state in nearly every document is asked without null;
+* **the date order**: a date field whose labels are written in digits (``05/06/2014``) is read
+  day-first or month-first as those labels are;
 * **how many passages**: one where the place is sure, else the default.
 
 A field's learned options fill only what the analyst left unwritten (:func:`learn` gives them;
 :mod:`extractor.passages` reads them under the analyst's), and a task whose pool came from
 documents reads its long documents field by field.
+
+What is learned is a guess from where labels sit, not a measurement. ``extractor tune --documents``
+measures each field's reading among :data:`VARIANTS` (rules applied to the learned options, so a
+choice stays right when the pool grows) and ``tuned/<task>.json`` names the one chosen per field.
 """
 
 from __future__ import annotations
@@ -102,17 +108,88 @@ def learn(
         stated = [(s, label) for s, label in firsts if label is not None]
         at_start = sum(label.start < PASSAGE_CHARS for _, label in stated) / max(1, len(stated))
         at_ends = sum(label.start < PASSAGE_CHARS or label.end > s.length - PASSAGE_CHARS for s, label in stated)
-        options: dict[str, object] = {}
+        # the query is kept where a place is sure too: reading it ranked is one of the variants tune measures
+        options: dict[str, object] = {"query": query(passages, seen, name, descriptions.get(name, ""))}
         if stated and at_start >= SURE:
             options.update({"from": "start", "passages": 1})
         elif stated and at_ends / len(stated) >= SURE:
             options.update({"from": ["start", "end"], "passages": 1})
-        else:
-            options["query"] = query(passages, seen, name, descriptions.get(name, ""))
         if len(stated) / len(documents) >= STATED:
             options["expect"] = True
+        order = date_order(passages, name)
+        if order is not None:
+            options["date_order"] = order
         learned[name] = options
     return learned
+
+
+_NUMERIC_DATE = re.compile(r"\b(\d{1,2})[./-](\d{1,2})[./-](\d{2}|\d{4})\b")
+_ISO_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
+
+
+def date_order(passages: Sequence[Example], name: str) -> str | None:
+    """``DMY`` or ``MDY``: how the documents write a date field's labels in digits, where they agree.
+
+    Each placed label written as ``05/06/2014`` is read against the value the pool holds for it
+    (``2014-06-05``); None when fewer than :data:`SURE` of those that tell the two apart agree.
+    """
+    votes: Counter[str] = Counter()
+    for example in passages:
+        source = example.source
+        assert source is not None
+        held = example.output.get(name)
+        value = _ISO_DATE.fullmatch(held) if isinstance(held, str) else None
+        if value is None:
+            continue
+        month, day = int(value.group(2)), int(value.group(3))
+        for label in source.labels:
+            if label.field != name or not (source.start <= label.start and label.end <= source.end):
+                continue
+            words = _NUMERIC_DATE.search(example.text[label.start - source.start : label.end - source.start])
+            if words is None or words.group(1) == words.group(2):
+                continue
+            first, second = int(words.group(1)), int(words.group(2))
+            votes["DMY" if (first, second) == (day, month) else "MDY" if (first, second) == (month, day) else ""] += 1
+    votes.pop("", None)
+    told = sum(votes.values())
+    best = votes.most_common(1)
+    return best[0][0] if best and best[0][1] / told >= SURE else None
+
+
+def of_schema(examples: Sequence[Example], schema: Mapping[str, object]) -> dict[str, dict[str, object]] | None:
+    """:func:`learn` for every top-level field of ``schema``, with their descriptions."""
+    properties = schema.get("properties")
+    nodes = properties if isinstance(properties, Mapping) else {}
+    descriptions = {str(k): str(v.get("description") or "") for k, v in nodes.items() if isinstance(v, Mapping)}
+    return learn(examples, list(descriptions), descriptions)
+
+
+# How a field may be read, each a rule over its learned options (:func:`variant`): what tune measures per field.
+VARIANTS = ("learned", "ranked", "start", "ends", "unexpected", "plain")
+
+
+def variant(name: str, learned: Mapping[str, object]) -> dict[str, object]:
+    """A field's reading options under the variant ``name`` (one of :data:`VARIANTS`), from its learned ones.
+
+    ``learned``: as the pool taught (its place, query and whether it is expected); ``ranked``: its
+    passages ranked by the learned query, three of them; ``start`` / ``ends``: its first two
+    passages / its first and last; ``unexpected``: as learned, but null allowed; ``plain``: no
+    learned option (the field's own words, the default passages).
+    """
+    expect = {k: learned[k] for k in ("expect", "date_order") if k in learned}  # kept by every variant but plain
+    if name == "learned":
+        return dict(learned)
+    if name == "ranked":
+        return ({"query": learned["query"]} if "query" in learned else {}) | {"passages": 3} | expect
+    if name == "start":
+        return {"from": "start", "passages": 2} | expect
+    if name == "ends":
+        return {"from": ["start", "end"], "passages": 1} | expect
+    if name == "unexpected":
+        return {k: v for k, v in learned.items() if k != "expect"}
+    if name == "plain":
+        return {}
+    raise ValueError(f"no reading variant {name!r}; one of {', '.join(VARIANTS)}")
 
 
 def query(passages: Sequence[Example], seen: Counter[str], name: str, description: str) -> str:

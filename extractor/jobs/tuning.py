@@ -34,8 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from extractor.catalog.tasks import Task
-from extractor.catalog.tuned import tuned_path
-from extractor.errors import EngineError, ExtractionFailed, ExtractorError
+from extractor.catalog.tuned import READING, tuned_path
+from extractor.errors import ConfigError, EngineError, ExtractionFailed, ExtractorError
+from extractor.examples import reading
 from extractor.examples.pool import PoolSettings
 from extractor.jobs import noise
 from extractor.jobs.evaluation import Tally
@@ -70,7 +71,15 @@ class Candidate:
             settings = replace(settings, examples_from_pool=pool)
         if "model" in chosen:
             settings = replace(settings, model=str(chosen["model"]))
+        if isinstance(chosen.get("chunking"), Mapping) and settings.chunking is not None:
+            settings = replace(settings, chunking=replace(settings.chunking, **chosen["chunking"]))
         served = replace(task, settings=settings)
+        if isinstance(chosen.get(READING), Mapping):  # the case's learned reading, each field under its variant
+            variants = chosen[READING]
+            served = replace(
+                served,
+                reading={f: reading.variant(variants[f], o) if f in variants else o for f, o in task.reading.items()},
+            )
         if chosen.get("adapter") is False or "model" in chosen:  # an adapter is trained for one model
             served = replace(served, adapter=None)
         return served
@@ -86,8 +95,12 @@ class Row:
     marks: list[Mark] = field(default_factory=list)
     # Each case's (tp, fp, fn) over all fields, in the cases' order: what the noise of a difference is drawn from.
     cases: list[noise.CaseCounts] = field(default_factory=list)
+    # Per top-level field, each case's (tp, fp, fn): a field read on its own is chosen on its own counts.
+    fields: dict[str, list[noise.CaseCounts]] = field(default_factory=dict)
     # F1 against the best row's, with its interval (set by :func:`winner`).
     against_best: noise.Difference | None = None
+    # Cases measured before the time budget ran out, when it did (the row is shown, not chosen).
+    stopped: int | None = None
 
     @property
     def f1(self) -> float:
@@ -103,6 +116,7 @@ class Row:
             {"label": self.candidate.label, "settings": dict(self.candidate.settings)}
             | {k: self.metrics[k] for k in keys if k in self.metrics}
             | interval
+            | ({"stopped_after": self.stopped} if self.stopped is not None else {})
         )
 
 
@@ -126,6 +140,97 @@ def candidates(task: Task, *, ks: Sequence[int] = K_CHOICES) -> list[Candidate]:
     return list(unique.values())
 
 
+WHOLE_ANSWERS = "whole answers"
+
+
+def reading_candidates(task: Task, current: Mapping[str, str] | None = None) -> list[Candidate]:
+    """By document: the task as it reads now, then every field under each reading variant, then whole answers.
+
+    A run reads every field under one variant: the fields of a document are read on their own
+    (``chunking.by_field``), so one run per variant measures each field under it, and
+    :func:`by_field` then chooses per field. ``current``: each field's variant in the tuned file.
+    """
+    if task.settings.chunking is None or not task.settings.chunking.by_field or not task.reading:
+        raise ConfigError(
+            f"task {task.name!r} does not read its documents field by field (a pool imported from labelled "
+            "documents turns it on, unless the schema or tuned/<task>.json says chunking.by_field false): "
+            "tune by document measures each field's reading"
+        )
+    fields = list(task.reading)
+    now = {f: str((current or {}).get(f, "learned")) for f in fields}
+    found = [Candidate("as it is", {READING: now})]
+    found += [Candidate(f"every field {v}", {READING: {f: v for f in fields}}) for v in reading.VARIANTS]
+    found.append(Candidate(WHOLE_ANSWERS, {"chunking": {"by_field": False}}))
+    unique: dict[str, Candidate] = {}
+    for c in found:
+        unique.setdefault(json.dumps(c.settings, sort_keys=True), c)
+    return list(unique.values())
+
+
+@dataclass(frozen=True)
+class FieldChoice:
+    """One field's reading: its F1 under each run, the run chosen, and its gain over the task as it reads now."""
+
+    name: str
+    f1: dict[str, float]  # run label -> the field's F1
+    chosen: str
+    gain: noise.Difference
+
+
+def by_field(rows: Sequence[Row]) -> tuple[Row, list[FieldChoice]]:
+    """Each field's reading chosen on its own counts, and the winner: those readings, or whole answers.
+
+    A field leaves the first row's reading (the task as it is) only for a run that beats it on
+    that field beyond noise (a paired bootstrap over the documents at 95 %); whole answers win
+    only where they beat the chosen readings, summed per document, beyond noise too.
+    """
+    measured = [r for r in rows if r.stopped is None and READING in r.candidate.settings]
+    if not measured:
+        return winner(rows), []
+    base = measured[0]
+    chosen: dict[str, str] = {}
+    choices: list[FieldChoice] = []
+    summed: list[noise.CaseCounts] = [(0, 0, 0)] * len(base.cases)
+    for name in base.fields:
+        best = max(measured, key=lambda r: (noise.micro_f1(r.fields[name]), -measured.index(r)))
+        gain = noise.difference(base.fields[name], best.fields[name])
+        pick = best if gain.beyond_noise else base
+        chosen[name] = str(pick.candidate.settings[READING].get(name, "learned"))
+        f1 = {r.candidate.label: round(noise.micro_f1(r.fields[name]), 4) for r in measured}
+        choices.append(FieldChoice(name, f1, pick.candidate.label, gain))
+        summed = [(a + x, b + y, c + z) for (a, b, c), (x, y, z) in zip(summed, pick.fields[name], strict=True)]
+    label = "per field: " + ", ".join(f"{n} {v}" for n, v in chosen.items())
+    tp, fp, fn = (sum(c[i] for c in summed) for i in range(3))
+    metrics = {
+        "docs": len(summed),
+        "f1": round(noise.micro_f1(summed), 4),
+        "precision": round(tp / (tp + fp), 4) if tp + fp else 0.0,
+        "recall": round(tp / (tp + fn), 4) if tp + fn else 0.0,
+    }
+    combined = Row(Candidate(label, {READING: chosen}), metrics, list(base.marks), summed)
+    whole = next((r for r in rows if r.candidate.label == WHOLE_ANSWERS and r.stopped is None), None)
+    if whole is not None and len(whole.cases) == len(summed):
+        whole.against_best = noise.difference(summed, whole.cases)
+        if whole.against_best.beyond_noise:
+            return whole, choices
+    return combined, choices
+
+
+def field_table(choices: Sequence[FieldChoice]) -> str:
+    """Each field's F1 under each run, the run chosen and its gain over the task as it is, with its interval."""
+    if not choices:
+        return ""
+    runs = list(choices[0].f1)
+    lines = [
+        "| field | " + " | ".join(runs) + " | chosen | gain [95 %] |",
+        "|---|" + "---|" * (len(runs) + 2),
+    ]
+    for c in choices:
+        cells = " | ".join(f"{c.f1[r]:.3f}" for r in runs)
+        lines.append(f"| {c.name} | {cells} | {c.chosen} | {c.gain.shown()} |")
+    return "\n".join(lines)
+
+
 Extract = Callable[[Task, str], Awaitable[ExtractionResult]]
 
 
@@ -136,15 +241,25 @@ async def measure(
     *,
     concurrency: int = 64,
     progress: Callable[[int], None] | None = None,
+    deadline: float | None = None,
 ) -> Row:
-    """Every case extracted as ``candidate`` serves it, scored against its labels."""
+    """Every case extracted as ``candidate`` serves it, scored against its labels.
+
+    ``deadline`` (``time.perf_counter()``): no case starts after it; the row then says how many ran.
+    """
     gate = asyncio.Semaphore(concurrency)
     tally = Tally()
     marks: list[Mark] = []
     per_case: list[noise.CaseCounts] = [(0, 0, 0)] * len(cases)
+    fields: dict[str, list[noise.CaseCounts]] = {name: [(0, 0, 0)] * len(cases) for name in _fields(cases)}
+    ran = 0
 
     async def one(index: int, case: Case) -> None:
+        nonlocal ran
         async with gate:
+            if deadline is not None and time.perf_counter() > deadline:
+                return
+            ran += 1
             task = candidate.apply(case.task)
             result: ExtractionResult | None = None
             attempts: list[Any] = []
@@ -161,6 +276,11 @@ async def measure(
             tally.add(result, attempts, counts)
             found = counts.values()
             per_case[index] = (sum(c.tp for c in found), sum(c.fp for c in found), sum(c.fn for c in found))
+            for path, c in counts.items():
+                top = path.split("/")[1] if path.count("/") else path
+                if top in fields:
+                    tp, fp, fn = fields[top][index]
+                    fields[top][index] = (tp + c.tp, fp + c.fp, fn + c.fn)
             if result is not None:
                 marks.extend(fitting.marks(case.expected, result, task))
         if progress is not None:
@@ -169,7 +289,13 @@ async def measure(
     started = time.perf_counter()
     await asyncio.gather(*(one(i, c) for i, c in enumerate(cases)))
     elapsed = time.perf_counter() - started
-    return Row(candidate, {**tally.metrics(elapsed), "elapsed_s": round(elapsed, 1)}, marks, per_case)
+    metrics = {**tally.metrics(elapsed), "elapsed_s": round(elapsed, 1)}
+    return Row(candidate, metrics, marks, per_case, fields, stopped=ran if ran < len(cases) else None)
+
+
+def _fields(cases: Sequence[Case]) -> list[str]:
+    """The top-level fields of the cases' task."""
+    return list((cases[0].task.schema.get("properties") or {}) if cases else {})
 
 
 async def tune(
@@ -198,7 +324,8 @@ async def tune(
         candidate = queue.pop(0)
         if start is not None and cases:
             await start(candidate.apply(cases[0].task))
-        row = await measure(extract, cases, candidate, concurrency=concurrency)
+        deadline = started + budget_s if budget_s is not None else None
+        row = await measure(extract, cases, candidate, concurrency=concurrency, deadline=deadline)
         rows.append(row)
         if on_row is not None:
             on_row(row)
@@ -215,6 +342,7 @@ def winner(rows: Sequence[Row]) -> Row:
     Each row's difference from the best (F1 and its paired-bootstrap interval) is set on it.
     Rows measured without per-case counts compare by F1 alone, within :data:`TIE`.
     """
+    rows = [r for r in rows if r.stopped is None] or list(rows[:1])  # a row the budget cut short is not chosen
     best = max(rows, key=lambda r: (r.f1, -rows.index(r)))
     close = []
     for r in rows:
@@ -244,6 +372,8 @@ def table(rows: Sequence[Row], chosen: Row | None = None) -> str:
     for r in rows:
         m = r.metrics
         mark = " **(chosen)**" if r is chosen else ""
+        if r.stopped is not None:
+            mark += f" (budget spent after {r.stopped} of {len(r.cases)})"
         interval = r.against_best.shown() if r.against_best is not None else ""
         lines.append(
             f"| {r.candidate.label}{mark} | {r.f1:.3f} | {interval} | {m.get('precision', 0):.3f} "
@@ -252,11 +382,23 @@ def table(rows: Sequence[Row], chosen: Row | None = None) -> str:
     return "\n".join(lines)
 
 
-def write(root: Path, task: Task, rows: Sequence[Row], chosen: Row, *, lines: int, folds: int) -> Path:
-    """``tuned/<task>.json``: the chosen settings (what the catalog reads) and the table they won."""
+def write(
+    root: Path,
+    task: Task,
+    rows: Sequence[Row],
+    chosen: Row,
+    *,
+    lines: int,
+    folds: int,
+    fields: Sequence[FieldChoice] = (),
+) -> Path:
+    """``tuned/<task>.json``: the chosen settings (what the catalog reads) and the table they won.
+
+    ``fields``: by document, each field's reading as :func:`by_field` chose it (``lines``: documents).
+    """
     path = tuned_path(root, task.name)
     path.parent.mkdir(parents=True, exist_ok=True)
-    body = {
+    body: dict[str, Any] = {
         "x-extractor": dict(chosen.candidate.settings),
         "chosen": chosen.candidate.label,
         "lines": lines,
@@ -265,6 +407,12 @@ def write(root: Path, task: Task, rows: Sequence[Row], chosen: Row, *, lines: in
         "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "candidates": [r.record() for r in rows],
     }
+    if fields:
+        body["by"] = "document"
+        body["fields"] = [
+            {"field": c.name, "f1": c.f1, "chosen": c.chosen, "gain": [c.gain.delta, c.gain.low, c.gain.high]}
+            for c in fields
+        ]
     write_atomic(path, json.dumps(body, indent=2, ensure_ascii=False) + "\n")
     return path
 

@@ -27,6 +27,8 @@ from extractor.catalog.calibration import Calibration
 from extractor.catalog.tasks import Task
 from extractor.constraints import wrapping
 from extractor.errors import ConfigError, EngineError, ExtractorError
+from extractor.examples import reading
+from extractor.examples.importing import LabelledDocument
 from extractor.examples.pool import Example, ExamplePool
 from extractor.grounding import field_path, scalar_leaves
 from extractor.results import ExtractionResult
@@ -89,6 +91,32 @@ def pool_cases(task: Task, *, lines: int = DEFAULT_LINES, folds: int = DEFAULT_F
         served = replace(task, pool=without(task.pool, held, skip=task.ungrounded), calibration=None)
         shown = [task.pool.examples[i] for i in sorted(held)]
         cases += [Case(served, e.text, wrapping.unwrap(e.output, task.wrapped)) for e in shown]
+    return cases
+
+
+def document_cases(
+    task: Task, documents: Sequence[LabelledDocument], *, count: int, folds: int = DEFAULT_FOLDS, seed: int = 0
+) -> list[Case]:
+    """A sample of whole labelled documents, each extracted with a pool lacking its fold's documents.
+
+    The fold's documents' passages leave the pool (their lines' ``source``), and the reading is
+    learned again from what is left (:mod:`extractor.examples.reading`): no document is read with
+    what its own labels taught. ``task.reading`` of each case is that pure lesson.
+    """
+    chosen = random.Random(seed).sample(range(len(documents)), min(count, len(documents)))
+    if not chosen:
+        raise ConfigError(f"task {task.name!r}: no labelled document to tune on")
+    folds = max(2, min(folds, len(chosen)))
+    cases: list[Case] = []
+    for fold in range(folds):
+        shown = [documents[i] for i in chosen[fold::folds]]
+        held = {d.id for d in shown}
+        served = replace(task, calibration=None)
+        if task.pool is not None:
+            drop = {i for i, e in enumerate(task.pool.examples) if e.source is not None and e.source.document in held}
+            pool = without(task.pool, drop, skip=task.ungrounded)
+            served = replace(served, pool=pool, reading=reading.of_schema(pool.examples, task.schema) or {})
+        cases += [Case(served, d.text, d.expected) for d in shown]
     return cases
 
 
