@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from extractor import Extractor, Settings, Task, pipeline
 from extractor.catalog.prompting import render
 from extractor.constraints import grounded_decoding
@@ -74,18 +76,6 @@ def sizes(quick: bool) -> Sizes:
 ADAPTER_SERVING = os.environ.get("EXTRACTOR_ADAPTER_SERVING", "off")
 
 
-def grammar_check() -> str:
-    """vLLM's per-request grammar check as the engine does it, or as before (``BENCH_VLLM_RECHECK=1``), for an A-B.
-
-    ``extractor/vllm_plugins/checks.py``: the engine skips vLLM's check for constraints extractor
-    has checked; with the variable set, the benchmark's engine runs it for every request again.
-    """
-    from extractor.vllm_plugins import checks as vllm_checks
-
-    vllm_checks.SKIP = os.environ.get("BENCH_VLLM_RECHECK", "") != "1"
-    return "skipped" if vllm_checks.SKIP else "per request"
-
-
 def settings() -> Settings:
     """From the environment (default: the default model in-process), KV cache 2 GiB on CPU.
 
@@ -110,15 +100,13 @@ def jobs(items: Sequence[GoldItem], tasks: Sequence[str], per_task: int) -> list
     return sorted(chosen, key=lambda i: tasks.index(i.task))
 
 
-def request(
-    task: Task, text: str, *, schema: bool = True, grounded: bool = False, settings_: Settings | None = None
-) -> GenerationRequest:
+def request(task: Task, text: str, *, schema: bool = True, grounded: bool = False) -> GenerationRequest:
     """The first attempt's request exactly as the pipeline builds it (greedy).
 
     ``grounded``: with the task's grounded decoding (when the task turns it on), as the pipeline's
     first attempt sends it: the substring grammar, or the enum schema where the grammar cannot go.
     """
-    s = settings_ or settings()
+    s = settings()
     max_tokens = task.settings.max_tokens or s.max_tokens
     json_schema: Any = task.engine_schema if schema else None
     grammar = None
@@ -215,17 +203,11 @@ def machine() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    memory = ""
-    try:
-        kib = int(Path("/proc/meminfo").read_text().split()[1])
-        memory = f"{kib / 1024**2:.0f} GiB"
-    except (OSError, ValueError, IndexError):
-        pass
     info: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d"),
         "cpu": cpu,
         "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "memory": memory,
+        "memory": f"{psutil.virtual_memory().total / 1024**3:.0f} GiB",
         "python": platform.python_version(),
         "gpu": None,
     }
@@ -253,7 +235,7 @@ def pyplot() -> Any:
     return plt
 
 
-def save(path: Path, data: dict[str, Any]) -> None:
+def save(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 

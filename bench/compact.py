@@ -144,10 +144,7 @@ async def versus_seed(engine: Engine, extractor: Extractor, items: Sequence[Gold
     async def one(item: GoldItem) -> ExtractionResult | None:
         async with gate:
             try:
-                result: ExtractionResult = await extractor.aextract(
-                    item.task, item.text, temperature=common.TEMPERATURE
-                )
-                return result
+                return await extractor.aextract(item.task, item.text, temperature=common.TEMPERATURE)
             except Exception:  # noqa: BLE001 - a failed extraction counts as not valid
                 return None
 
@@ -222,7 +219,6 @@ async def main(quick: bool, out: Path) -> None:
         await raw_passes(engine, extractor, throughput, grounded=True)
         await raw_passes(engine, extractor, throughput)
         p1 = await p1_same_work(extractor, throughput)
-        ours, raw, ours_off, raw_off = p1["extractor"], p1["raw"], p1["extractor_ungrounded"], p1["raw_ungrounded"]
         seed = await versus_seed(engine, extractor, common.jobs(items, size.throughput_tasks, size.seed_per_task))
         print(
             f"bench: P2 done: seed {seed['seed']['seconds']:.1f} s, extractor {seed['extractor']['seconds']:.1f} s",
@@ -240,13 +236,7 @@ async def main(quick: bool, out: Path) -> None:
             "machine": common.machine(),
             "model": engine.model_name,
             "engine_start_s": engine_start_s,
-            "p1": {
-                "extractor": ours,
-                "raw": raw,
-                "extractor_ungrounded": ours_off,
-                "raw_ungrounded": raw_off,
-                "tasks": list(size.throughput_tasks),
-            },
+            "p1": {**p1, "tasks": list(size.throughput_tasks)},
             "p2": seed,
             "quality": quality,
         },

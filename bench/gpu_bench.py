@@ -29,14 +29,14 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from bench import common, compact, grounded_grammar
 from bench.common import free_port, percentile
-from bench.service import stop
+from bench.service import start_server, stop
 from extractor import Extractor, Settings
 from extractor.engines.base import GenerationRequest
 from extractor.jobs.gold import GoldItem
@@ -188,7 +188,6 @@ async def engine_phase(out: Path, per_task: int, seed_per_task: int, parts: Sequ
         "speculative_tokens": settings.speculative_tokens,
         "mask_threads": vllm_masks.threads(),
         "engine": type(extractor.engine).__name__,  # ProcessEngine: vLLM's front end in a process of its own
-        "vllm_grammar_check": common.grammar_check(),
         "switch_interval_s": sys.getswitchinterval(),
         "temperature": settings.temperature,
         "vllm_args": settings.engine_arguments,  # EXTRACTOR_VLLM_ARGS: the lever a run tried
@@ -217,13 +216,14 @@ async def engine_phase(out: Path, per_task: int, seed_per_task: int, parts: Sequ
         )
         if "p1http" in parts:
             report["p1_http"] = await p1_http(extractor, work, profile=out.with_name("pyspy-http.txt"))
-        with live_app(extractor) if "http" in parts else nullcontext("") as url:
-            jobs = [(i.task, i.text) for i in work]
-            _ = url and await asyncio.to_thread(load, url, 16, jobs[:64])  # warm-up
-            sizes = {1: 16, 16: 160}  # requests per client count (256 clients: every document)
-            report["http"] = (
-                [await asyncio.to_thread(load, url, c, jobs[: sizes.get(c, len(jobs))]) for c in CLIENTS] if url else []
-            )
+        if "http" in parts:
+            with live_app(extractor) as url:
+                jobs = [(i.task, i.text) for i in work]
+                await asyncio.to_thread(load, url, 16, jobs[:64])  # warm-up
+                sizes = {1: 16, 16: 160}  # requests per client count (256 clients: every document)
+                report["http"] = [
+                    await asyncio.to_thread(load, url, c, jobs[: sizes.get(c, len(jobs))]) for c in CLIENTS
+                ]
         if "p2" in parts:
             report["p2"] = await compact.versus_seed(engine, extractor, common.jobs(items, tasks, seed_per_task))
     finally:
@@ -284,7 +284,7 @@ def cpu_since(before: dict[str, float], seconds: float) -> dict[str, float]:
 @contextmanager
 def profiled(out: Path | None) -> Iterator[None]:
     """py-spy samples this process (all threads, native ids) into ``out`` while the block runs; off if None."""
-    spy = shutil.which("py-spy") or (os.environ.get("BENCH_PYSPY") or None)
+    spy = shutil.which("py-spy")
     if out is None or spy is None:
         yield
         return
@@ -307,7 +307,7 @@ def profiled(out: Path | None) -> Iterator[None]:
             spying.kill()
 
 
-async def p1_http(extractor: Extractor, work: list[GoldItem], profile: Path | None = None) -> dict[str, Any]:
+async def p1_http(extractor: Extractor, work: list[GoldItem], profile: Path) -> dict[str, Any]:
     """P1 through ``POST /extract``: 256 clients vs raw vLLM on the same documents, all tasks mixed, A-B-B-A.
 
     Raw: every request (the pipeline's first attempt, grounded) through the engine, 256 at once, all
@@ -342,8 +342,7 @@ async def p1_http(extractor: Extractor, work: list[GoldItem], profile: Path | No
         await http()
         await http()
         await raw()
-        if profile is not None:  # one more pass under the profiler, outside the figures
-            await http(profile)
+        await http(profile)  # one more pass under the profiler, outside the figures
     docs_s = {k: sum(r["docs"] for r in v) / sum(r["seconds"] for r in v) for k, v in sides.items() if v}
     print(f"bench: P1 over HTTP: {docs_s['http']:.1f} vs raw {docs_s['raw']:.1f} docs/s", flush=True)
     return {"clients": clients, "docs_per_s": docs_s, "ratio": docs_s["http"] / docs_s["raw"], "passes": sides}
@@ -356,28 +355,16 @@ def asking_logprobs(r: GenerationRequest) -> GenerationRequest:
 
 def serve_phase(out: Path) -> None:
     """`extractor serve` from a cold start: seconds to the first extraction, GPU memory, the engine's own figures."""
-    report = Report(out)
-    port = free_port()
-    log = out.with_suffix(".log")
-    command = [sys.executable, "-m", "extractor.cli", "serve", "--port", str(port)]
-    started = time.perf_counter()
-    with log.open("w") as sink:
-        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, cwd=common.ROOT)
     import httpx
 
-    url, body = f"http://127.0.0.1:{port}", {"text": "will it snow in Oslo tomorrow"}
+    report = Report(out)
+    log = out.with_suffix(".log")
+    started = time.perf_counter()
+    process, url = start_server(common.settings().engine, log=log)
+    ready = time.perf_counter() - started
     try:
-        ready = None
-        while process.poll() is None and time.perf_counter() - started < 540:
-            try:
-                if ready is None and httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
-                    ready = time.perf_counter() - started
-                if ready is not None:
-                    response = httpx.post(f"{url}/extract/snips_get_weather", json=body, timeout=120)
-                    if response.status_code == 200:
-                        break
-            except httpx.TransportError:
-                pass
+        body = {"text": "will it snow in Oslo tomorrow"}
+        while httpx.post(f"{url}/extract/snips_get_weather", json=body, timeout=120).status_code != 200:
             time.sleep(0.25)
         first = time.perf_counter() - started
         lines = [

@@ -7,8 +7,8 @@ which); this renders them without the host. The words are `bench/templates/gpu.m
 per part of the page; this module computes the numbers and tables that fill its placeholders from the
 runs a re-run writes again (``engine``, ``p1-pipeline``, ``http``, ``serve``, ``eval``). The sections on
 one-off runs (``findings``, ``p5``: the front end's process, logprobs, the mask fill and levers, P5 by the
-old method) are the words and figures those runs gave, fixed in the template (their renderers, removed, are
-in git history at ffef660).
+old method; the run before the P1 method's fixes, ``p1-pipeline-unprimed``) are the words and figures those
+runs gave, fixed in the template (their renderers, removed, are in git history at ffef660 and 5bd78aa).
 """
 
 from __future__ import annotations
@@ -64,7 +64,6 @@ def markdown() -> str:
     over_http = latest["p1_http"]
     rates = over_http["docs_per_s"]
     passes = {k: ", ".join(f"{x:.2f}" for x in p1[k]["passes_s"]) for k in ("extractor", "raw", "raw_logprobs")}
-    unprimed = _load("p1-pipeline-unprimed")["p1"]
     cpu = (RAW / "gpu-pipeline-cpu.txt").read_text(encoding="utf-8").splitlines()
     lines = _lines(
         "head",
@@ -93,9 +92,6 @@ def markdown() -> str:
         passes_raw=passes["raw"],
         passes_raw_lp=passes["raw_logprobs"],
         lp_cost=f"{(1 - raw_lp / raw) * 100:.0f}",
-        unprimed_first=f"{unprimed['extractor']['passes_s'][0]:.2f}",
-        unprimed_second=f"{unprimed['extractor']['passes_s'][1]:.2f}",
-        unprimed_raw=", ".join(f"{x:.2f}" for x in unprimed["raw"]["passes_s"]),
         cpu_total=cpu[0].removeprefix("bench: "),
         cpu_stages="; ".join(" ".join(ln.split()) for ln in cpu[1:] if ln.strip()),
     )

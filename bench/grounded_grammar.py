@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import ADAPTER_SERVING, RESULTS, SNIPS, machine, publish
+from bench.common import ADAPTER_SERVING, RESULTS, SNIPS, machine, publish, save
 from extractor import Extractor, Settings
 from extractor.constraints import substring
 from extractor.constraints.grounded_decoding import enum_constrain, extractive_nodes
@@ -172,10 +172,7 @@ def main() -> None:
     compile_rows, speed_rows = asyncio.run(run())
     text = markdown(compile_rows, speed_rows, (time.perf_counter() - started) / 60)
     publish(text, args.out)
-    (RESULTS / "raw").mkdir(exist_ok=True)
-    (RESULTS / "raw" / "grounded_grammar.json").write_text(
-        json.dumps({"compile": compile_rows, "throughput": speed_rows}, indent=1), encoding="utf-8"
-    )
+    save(RESULTS / "raw" / "grounded_grammar.json", {"compile": compile_rows, "throughput": speed_rows})
 
 
 if __name__ == "__main__":

@@ -44,28 +44,20 @@ def capped(r: GenerationRequest) -> GenerationRequest:
     return dataclasses.replace(r, max_tokens=P5_MAX_TOKENS)
 
 
-def free_at(tokens: int) -> Callable[[GenerationRequest], GenerationRequest]:
-    """The request without its constraint (free generation), cut at ``tokens``."""
-
-    def free(r: GenerationRequest) -> GenerationRequest:
-        return dataclasses.replace(r, json_schema=None, grammar=None, max_tokens=tokens)
-
-    return free
-
-
 def request_key(request: GenerationRequest) -> str:
     """What pairs a constrained request with its free twin: its prompt (the same on every side)."""
     return repr(request.messages)
 
 
-def free_as(lengths: Mapping[str, int]) -> Callable[[GenerationRequest], GenerationRequest]:
-    """Each request without its constraint, cut at its own constrained answer's length (free text of the same answers).
+def free_as(lengths: Mapping[str, int] | int) -> Callable[[GenerationRequest], GenerationRequest]:
+    """Each request without its constraint, cut at its own constrained answer's length (free text of the same answers),
+    or at ``lengths`` tokens where it is one number (the mean-cut side).
 
     Random weights never end free text before the cap; real weights may (its tokens then count as generated).
     """
 
     def free(request: GenerationRequest) -> GenerationRequest:
-        tokens = max(1, lengths[request_key(request)])
+        tokens = lengths if isinstance(lengths, int) else max(1, lengths[request_key(request)])
         return dataclasses.replace(request, json_schema=None, grammar=None, max_tokens=tokens)
 
     return free
@@ -100,7 +92,6 @@ async def measure(per_task: int) -> dict[str, Any]:
     settings = extractor.settings
     report: dict[str, Any] = {
         "mask_threads": vllm_masks.threads(),
-        "vllm_grammar_check": common.grammar_check(),
         "engine_start_s": start_s,
         "machine": common.machine(),
         "model": str(settings.model),
@@ -129,7 +120,7 @@ async def measure(per_task: int) -> dict[str, Any]:
             for side, found in lengths.items()
         }
         free_sides = {
-            "free": free_at(matched),
+            "free": free_as(matched),
             "free_schema": free_as(lengths["schema"]),
             "free_grounded": free_as(lengths["grounded"]),
         }

@@ -13,7 +13,6 @@ under ``bench/results/raw/``.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import subprocess
 import sys
@@ -132,7 +131,7 @@ def markdown(compact: dict[str, Any], whitespace: dict[str, Any], *, plot: str |
     lines = [
         f"# Benchmarks ({kind} run)",
         "",
-        f"Measured {m.get('date') or dt.date.today().isoformat()} on {m['cpu']}, {m['cores']} CPU cores, "
+        f"Measured {m['date']} on {m['cpu']}, {m['cores']} CPU cores, "
         f"{m['memory']}, {gpu}; "
         f"vLLM {m.get('vllm', '?')}, torch {m.get('torch', '?')}, Python {m['python']}. Model `{compact['model']}` "
         f"in-process; engine start {compact['engine_start_s']:.0f} s (compact) and "

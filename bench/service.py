@@ -1,8 +1,7 @@
 """The service under test: ``extractor serve`` started, waited on and stopped as a process, posted to over raw HTTP.
 
-What the experiments that talk to a running server share (``bench.experiments.http_bench``,
-``lifecycle``, ``mcp_latency``, ``openai_overhead``, ``reload_latency``; the GPU benchmark
-keeps its own: it times the start).
+What the runs that talk to a running server share (``bench.experiments.http_bench``, ``lifecycle``,
+``mcp_latency``, ``openai_overhead``, ``reload_latency``, and ``bench.gpu_bench serve``, which times the start).
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -42,15 +42,15 @@ def pin(cores: set[int]) -> None:
 
 
 def start_server(
-    engine: str, *, cores: set[int] | None = None, extra: Sequence[str] = ()
+    engine: str, *, cores: set[int] | None = None, extra: Sequence[str] = (), log: Path | None = None
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """``extractor serve --engine ENGINE`` on a free port (on ``cores`` where given), once ready: it and its URL."""
+    """``extractor serve --engine ENGINE`` on a free port (on ``cores`` where given, its output to ``log``), once
+    ready: it and its URL."""
     port = free_port()
     command = [sys.executable, "-m", "extractor.cli", "serve", "--engine", engine, "--port", str(port), *extra]
     pinned = None if cores is None else lambda: pin(cores)
-    process = subprocess.Popen(
-        command, cwd=ROOT, preexec_fn=pinned, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    with open(log or os.devnull, "w") as sink:
+        process = subprocess.Popen(command, cwd=ROOT, preexec_fn=pinned, stdout=sink, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:

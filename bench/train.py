@@ -25,12 +25,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.common import GOLD, RESULTS, ROOT, machine, publish
+from bench.common import GOLD, RESULTS, ROOT, gold_items, machine, publish
 from extractor import Catalog, Extractor, Settings, Task
 from extractor.adapters import manifest
 from extractor.adapters.merge import merge
 from extractor.jobs.evaluation import evaluate
-from extractor.jobs.gold import load_gold, select, task_map
+from extractor.jobs.gold import select
 from extractor.models import resolve_model_dir
 from extractor.training import data, trainer
 
@@ -108,7 +108,7 @@ async def score(
     settings = settings.with_(model=str(model)) if model else settings.with_(adapter_serving="lora")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     extractor = Extractor(settings=settings)
-    items = load_gold(GOLD, task=None, known=extractor.catalog.names(), task_field="intent", mapping=task_map("snips"))
+    items = gold_items(extractor.catalog.names())
     items = select(items, per_task=per_intent) if per_intent else items
     async with extractor:
         await extractor.astart()

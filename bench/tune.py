@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS, ROOT, machine
+from bench.common import RESULTS, ROOT, machine, save
 
 DATA = {"zh_entities": ROOT.parent / "shared" / "eval" / "cluener"}
 RAW = RESULTS / "tuning.json"
@@ -100,12 +100,17 @@ def main() -> None:
     label = args.label or f"{args.task}-{args.model}-{'defaults' if args.no_tune else 'tuned'}"
     if args.note:
         record["note"] = args.note
-    rows = json.loads(RAW.read_text()) if RAW.is_file() else {}
-    rows[label] = record
-    RAW.write_text(json.dumps(rows, indent=2, ensure_ascii=False) + "\n")
-    PAGE.write_text(render(rows))
+    keep(label, record)
     shutil.rmtree(folder, ignore_errors=True)
     print(json.dumps(record["eval"]), file=sys.stderr)
+
+
+def keep(label: str, record: dict[str, Any]) -> None:
+    """``record`` as the row ``label`` of ``tuning.json`` (replacing one of that label), and the page again."""
+    rows = json.loads(RAW.read_text()) if RAW.is_file() else {}
+    rows[label] = record
+    save(RAW, rows)
+    PAGE.write_text(render(rows))
 
 
 def shipped(task: str, *, lines: int, budget: float, ks: str) -> None:
@@ -133,10 +138,7 @@ def shipped(task: str, *, lines: int, budget: float, ks: str) -> None:
         "chosen": chosen.group(1) if chosen else "?",
         "adapter": "off" if adapter else "none",
     }
-    rows = json.loads(RAW.read_text()) if RAW.is_file() else {}
-    rows[f"{task}-shipped"] = record
-    RAW.write_text(json.dumps(rows, indent=2, ensure_ascii=False) + "\n")
-    PAGE.write_text(render(rows))
+    keep(f"{task}-shipped", record)
     shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -27,13 +27,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.common import GOLD, RESULTS, machine, pyplot
+from bench.common import GOLD, RESULTS, gold_items, machine, pyplot, save
 from bench.experiments import new_task
 from bench.train import catalog_copy, fit, point_at_adapter
 from extractor import Catalog, Extractor, Settings
 from extractor.catalog.tasks import Task, calibration_path
 from extractor.jobs.evaluation import evaluate
-from extractor.jobs.gold import GoldItem, load_gold, select, task_map
+from extractor.jobs.gold import GoldItem, load_gold, select
 from extractor.review import calibration, fitting
 from extractor.training import data
 from extractor.training.recipe import recipe
@@ -48,10 +48,8 @@ def cluener_catalog(folder: Path) -> list[str]:
 
 def dev_items(suite: str, known: Sequence[str], limit: int | None) -> list[GoldItem]:
     if suite == "snips":
-        items = load_gold(GOLD, task=None, known=known, task_field="intent", mapping=task_map("snips"))
-    else:
-        items = load_gold(new_task.CLUENER / "dev.jsonl", task=known[0], known=known)
-    return select(items, limit=limit)
+        return select(gold_items(known), limit=limit)
+    return select(load_gold(new_task.CLUENER / "dev.jsonl", task=known[0], known=known), limit=limit)
 
 
 def train(folder: Path, names: list[str], args: argparse.Namespace, exclude: Sequence[str]) -> dict[str, Any]:
@@ -102,23 +100,21 @@ async def run(folder: Path, names: list[str], suite: str, args: argparse.Namespa
     raw: list[tuple[float, bool]] = []
     mapped: list[tuple[float, bool]] = []
     joint: list[tuple[float, bool]] = []  # one map for all values, no pool verdicts (the earlier calibration)
-    dev: list[tuple[str, fitting.Mark]] = []
+    dev: list[fitting.Mark] = []
     by_name = {t.name: t for t in served}
     for p in predictions:
         if p.result is None:
             continue
         assert not p.result.calibrated, "the dev run must see raw confidences (the maps are applied here)"
         for mark in fitting.marks(p.item.expected, p.result, by_name[p.item.task]):
-            dev.append((p.item.task, mark))
+            dev.append(mark)
             raw.append((mark.confidence, mark.right))
             mapped.append((fitted[p.item.task](mark.confidence, mark.verdict), mark.right))
             joint.append((fitted[p.item.task](mark.confidence), mark.right))
     summaries = {
         name: _summary(scored) for name, scored in (("raw", raw), ("calibrated", mapped), ("calibrated_joint", joint))
     }
-    summaries["verdicts"] = _verdicts([m for _, m in dev])
-    if args.pairs is not None:  # for reading offline: every marked value, fitting and dev
-        args.pairs.write_text(json.dumps({"fit": pairs, "dev": dev}), encoding="utf-8")
+    summaries["verdicts"] = _verdicts(dev)
     return {
         "suite": suite,
         "serving": serving,
@@ -254,7 +250,6 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--raw", type=Path, default=RAW)
-    parser.add_argument("--pairs", type=Path, help="write every marked value (fit and dev) here, for reading")
     parser.add_argument("--render", action="store_true", help="only render the table and plots from --raw")
     args = parser.parse_args()
     if args.render:
@@ -284,8 +279,7 @@ def main() -> None:
     rows = json.loads(args.raw.read_text(encoding="utf-8")) if args.raw.is_file() else []
     key = (row["suite"], row["serving"], row["machine"].get("gpu"))
     rows = [r for r in rows if (r["suite"], r["serving"], r["machine"].get("gpu")) != key] + [row]
-    args.raw.parent.mkdir(parents=True, exist_ok=True)
-    args.raw.write_text(json.dumps(rows, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    save(args.raw, rows)
     if args.raw == RAW:
         print(render(rows))
 

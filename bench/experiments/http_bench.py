@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -27,7 +25,7 @@ from typing import Any
 import httpx
 
 from bench.common import percentile, publish
-from bench.service import TASK, TEXT, apart, keepalive_posts, pin, running
+from bench.service import TASK, TEXT, apart, host, keepalive_posts, pin, running
 from extractor import Extractor, Settings
 
 CONCURRENCY = (1, 8, 64)
@@ -154,7 +152,7 @@ def real_part() -> dict[str, Any]:
 
 
 def report(rows: list[dict[str, Any]] | None, real: dict[str, Any] | None) -> str:
-    lines = [f"machine: {platform.machine()}, {os.cpu_count()} CPU cores, Python {platform.python_version()}", ""]
+    lines = [f"machine: {host()}", ""]
     if rows:
         lines += [
             "HTTP layer, scripted engine (server on 1 core, load generator on the other):",

@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import re
 import signal
 import subprocess
@@ -32,7 +31,7 @@ import httpx
 import psutil
 
 from bench.common import RESULTS, ROOT, percentile, publish, save
-from bench.service import TASK, TEXT, answer, post, running, start_server
+from bench.service import TASK, TEXT, answer, host, post, running, start_server
 
 
 def metric(text: str, name: str, **labels: str) -> float:
@@ -67,8 +66,7 @@ def write(run: str, checks: dict[str, bool], figures: dict[str, Any], table: Seq
 
 
 def machine() -> str:
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    return f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, load average {load}"
+    return f"{host()}, load average " + ", ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def flags(**settings: Any) -> list[str]:

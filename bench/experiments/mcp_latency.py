@@ -59,8 +59,7 @@ def report(times: dict[str, list[float]], answers: dict[str, Any], *, engine: st
         f"# Round trip over MCP vs `POST /extract/{TASK}` ({engine} engine)",
         "",
         f"`python -m bench.experiments.mcp_latency --engine {engine} --pairs {pairs}`: one request at a time, "
-        "the paths "
-        f"alternated (A-B, B-A, ...), {pairs} of each after a warm-up pair; {host()}.",
+        f"the paths alternated (A-B, B-A, ...), {pairs} of each after a warm-up pair; {host()}.",
         "",
         "| path | median ms | mean ms | min ms | max ms |",
         "|---|---:|---:|---:|---:|",

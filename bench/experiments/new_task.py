@@ -12,8 +12,8 @@ the first N lines of `../shared/eval/cluener/pool.jsonl` are imported as its poo
 
 Rows are appended to `bench/results/raw/learning_curve.json` (one per model, variant, size and
 machine; a re-run replaces its own rows) and `bench/results/learning_curve.md` + `.png` are
-rendered from all of them. Nothing of CLUENER (data or weights) is written into the project:
-the catalogs and adapters live in a temporary folder (``--keep`` copies an adapter elsewhere).
+rendered from all of them (``--render``: only that). Nothing of CLUENER (data or weights) is written
+into the project: the catalogs and adapters live in a temporary folder (``--keep`` copies an adapter elsewhere).
 
     flock /tmp/extractor-engine.lock .venv/bin/python -m bench.experiments.new_task --sizes 250,all --variants retrieval
 """
@@ -27,10 +27,11 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS, ROOT, machine
+from bench.common import RESULTS, ROOT, machine, pyplot, save
 from bench.train import SCORED, fit
 from extractor import Catalog, Extractor, Settings
 from extractor.examples.importing import import_gold, write_pool
@@ -67,16 +68,11 @@ def train(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
     plan = recipe(len(train_set), epochs=args.epochs, rank=args.rank)
     config = plan.config(learning_rate=args.learning_rate, batch_size=args.batch_size)
     out = folder / "adapters" / TASK
-    report = fit(
-        out,
-        [task],
-        (train_set, held_out),
-        config,
-        {"epochs": plan.epochs, "rank": plan.rank, "samples": len(train_set)},
-    )
+    recorded = {"epochs": plan.epochs, "rank": plan.rank, "samples": len(train_set)}
+    report = fit(out, [task], (train_set, held_out), config, recorded)
     if args.keep:
         shutil.copytree(out, args.keep / f"{TASK}-{len(train_set)}", dirs_exist_ok=True)
-    return {"train": report.as_dict(), "epochs": plan.epochs, "rank": plan.rank, "samples": len(train_set)}
+    return {"train": report.as_dict(), **recorded}
 
 
 def lexicon_only(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -136,6 +132,95 @@ async def score(
     return rows
 
 
+KINDS = ("boundary", "wrong_field", "boundary_and_field", "invented", "duplicate", "missed")
+
+
+def _where(row: dict[str, Any]) -> str:
+    m = row["machine"]
+    return m["gpu"] or f"{m['cores']} CPU cores"
+
+
+def _label(row: dict[str, Any]) -> str:
+    if row["variant"] == "lexicon":
+        return "pool hints alone (no model)"
+    label = f"{row['variant']}, {row['model']}"
+    return label + (f" ({row['label']})" if row.get("label") else "")
+
+
+def table(rows: Sequence[dict[str, Any]]) -> list[str]:
+    lines = [
+        "| variant | pool lines | epochs, rank | dev lines | F1 | P | R | valid | not in text | docs/s | where |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted(rows, key=lambda r: (_label(r), _where(r), r["pool"])):
+        trained = f"{r['epochs']:g}, {r['rank']}" if "epochs" in r else "–"
+        lines.append(
+            f"| {_label(r)} | {r['pool']:,} | {trained} | {r['docs']} | **{r['f1']:.3f}** | {r['precision']:.3f} | "
+            f"{r['recall']:.3f} | {r['schema_valid_rate']:.1%} | {r['ungrounded_rate'] or 0:.1%} | "
+            f"{r['docs_per_s']:.1f} | {_where(r)} |"
+        )
+    return lines
+
+
+def error_table(rows: Sequence[dict[str, Any]]) -> list[str]:
+    lines = [
+        "| variant | pool lines | where | correct | " + " | ".join(KINDS) + " | empty lists |",
+        "|---|---|---|---|" + "---|" * len(KINDS) + "---|",
+    ]
+    for r in sorted(rows, key=lambda r: (_label(r), _where(r), r["pool"])):
+        e = r["errors"]
+        shares = " | ".join(f"{e[k]} ({e['error_shares'][k]:.0%})" for k in KINDS)
+        lines.append(f"| {_label(r)} | {r['pool']:,} | {_where(r)} | {e['correct']} | {shares} | {e['empty_values']} |")
+    return lines
+
+
+def plot(rows: Sequence[dict[str, Any]]) -> bool:
+    plt = pyplot()
+    if plt is None:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    series: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        series.setdefault(f"{_label(r)} · {_where(r)}", []).append(r)
+    for name, found in sorted(series.items()):
+        found.sort(key=lambda r: r["pool"])
+        ax.plot([r["pool"] for r in found], [r["f1"] for r in found], marker="o", label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("labelled lines in the pool")
+    ax.set_ylabel("F1 on CLUENER dev")
+    ax.axhline(0.60, color="grey", linestyle=":", linewidth=1)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(RESULTS / "learning_curve.png", dpi=110)
+    return True
+
+
+def render(rows: Sequence[dict[str, Any]]) -> None:
+    drew = plot(rows)
+    lines = [
+        "# A new task: F1 against labelled lines (CLUENER, Chinese, ten entity types)",
+        "",
+        "The analyst's task `bench/tasks/zh_entities/` (schema + prompt, no code), its pool the first N lines of "
+        "`../shared/eval/cluener/pool.jsonl`, scored on `dev.jsonl` (the first `dev lines`) with `extractor eval`'s "
+        "code: `python -m bench.experiments.new_task` (raw rows: [raw/learning_curve.json](raw/learning_curve.json)). "
+        "*retrieval*: the base model with 3 retrieved examples; *adapter*: `extractor train`'s code on the pool, "
+        "served as the task's adapter (merged), no examples.",
+        "",
+        *(["![F1 against pool size](learning_curve.png)", ""] if drew else []),
+        *table(rows),
+        "",
+        "## Errors by kind (`extractor eval --errors`, `extractor/jobs/diagnosis.py`)",
+        "",
+        "Each predicted or expected value counted once: a boundary error is a value overlapping an expected one "
+        "of its field; wrong field, the same value under another field; invented, a value overlapping no "
+        "expected one; missed, an expected value nothing matched. Percentages are shares of all errors.",
+        "",
+        *error_table(rows),
+    ]
+    (RESULTS / "learning_curve.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="250,1000,4000,all", help="pool sizes (lines), comma-separated")
@@ -149,10 +234,14 @@ def main() -> None:
     parser.add_argument("--label", default="", help="a note for this run's rows (e.g. the model)")
     parser.add_argument("--keep", type=Path, help="copy each trained adapter here (outside the project)")
     parser.add_argument("--raw", type=Path, default=RAW)
+    parser.add_argument("--render", action="store_true", help="only render the page and plot from --raw")
     args = parser.parse_args()
+    rows = json.loads(args.raw.read_text(encoding="utf-8")) if args.raw.is_file() else []
+    if args.render:
+        render(rows)
+        return
     model_dir = resolve_model_dir(Settings.from_env())
     where = machine()
-    rows = _load(args.raw)
     sizes = [None if text == "all" else int(text) for text in args.sizes.split(",")]
     variants = args.variants.split(",")
 
@@ -162,7 +251,7 @@ def main() -> None:
         brief = {k: v for k, v in row.items() if k not in ("per_field", "errors", "machine", "train")}
         print(f"bench: {json.dumps(brief)}", flush=True)
         rows = [r for r in rows if _key(r) != _key(row)] + [row]
-        _save(args.raw, rows)
+        save(args.raw, rows)
 
     base = {"model": model_dir.name, "label": args.label}
     if "retrieval" in variants:  # every pool size in one catalog and one engine
@@ -187,22 +276,11 @@ def main() -> None:
                     row |= train(folder, args)
                     row |= asyncio.run(score(folder, args, adapter=True, names=[TASK]))[TASK]
                 record(row, started)
-    from bench.experiments.learning_curve import render
-
     render(rows)
 
 
 def _key(row: dict[str, Any]) -> tuple[Any, ...]:
     return (row["variant"], row["pool"], row["model"], row.get("label", ""), row["machine"].get("gpu"), row["docs"])
-
-
-def _load(path: Path) -> list[dict[str, Any]]:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
-
-
-def _save(path: Path, rows: list[dict[str, Any]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(rows, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -26,12 +26,12 @@ from typing import Any
 
 from rapidfuzz.distance import Levenshtein
 
-from bench.common import RESULTS, ROOT, publish
+from bench.common import RESULTS, publish
+from bench.kleister import DATA as KLEISTER
 from extractor import documents
 from extractor.documents import Limits, Ocr
 from tests.documents import scanned_pdf
 
-KLEISTER = ROOT.parent / "shared" / "eval" / "kleister_nda"
 CLAUSE = (
     "The Receiving Party shall hold and maintain the Confidential Information in strictest confidence for the "
     "sole and exclusive benefit of the Disclosing Party, and shall not, without the prior written approval of "

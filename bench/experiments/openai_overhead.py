@@ -69,8 +69,8 @@ def report(
         "# OpenAI-compatible layer: `/v1/chat/completions` vs `/extract/<task>` (scripted engine)",
         "",
         f"`python -m bench.experiments.openai_overhead` — task `{TASK}`, {concurrency} keep-alive clients, "
-        f"{total} requests per "
-        f"segment, segments in the order {'-'.join('A' if s == 'extract' else 'B' for s in ORDER)} "
+        f"{total} requests per segment, segments in the order "
+        f"{'-'.join('A' if s == 'extract' else 'B' for s in ORDER)} "
         f"(A = `/extract`, B = `/v1/chat/completions`); server on one core, load generator on the other; {host()}.",
         "",
         "| route | req/s (mean of segments) | min–max | p50 ms | p99 ms |",

@@ -19,26 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import GOLD, machine
-from bench.experiments.ray_scaling import _Clock
+from bench.experiments.ray_scaling import _Clock, rows_file
 from extractor.config import Settings
 from extractor.scale import ray_batch
 
 TASK = "snips_get_weather"
 
 
-def rows_file(folder: Path, repeat: int) -> tuple[Path, int]:
-    texts = [json.loads(line)["text"] for line in GOLD.read_text(encoding="utf-8").splitlines() if line.strip()]
-    path = folder / "rows.jsonl"
-    n = 0
-    with path.open("w", encoding="utf-8") as out:
-        for r in range(repeat):
-            for text in texts:
-                out.write(json.dumps({"id": f"{r}-{n}", "text": text}, ensure_ascii=False) + "\n")
-                n += 1
-    return path, n
-
-
-def point(folder: Path, rows: Path, n: int, actors: int, args: argparse.Namespace) -> dict[str, Any]:
+def point(folder: Path, rows: Path, actors: int, args: argparse.Namespace) -> dict[str, Any]:
     try:
         import torch
 
@@ -84,9 +72,10 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="ray-gpu-") as tmp:
         folder = Path(tmp)
-        path, n = rows_file(folder, args.repeat)
+        texts = [json.loads(line)["text"] for line in GOLD.read_text(encoding="utf-8").splitlines() if line.strip()]
+        path = rows_file(folder / "rows.jsonl", texts * args.repeat)
         for actors in (int(a) for a in args.actors.split(",")):
-            rows.append(point(folder, path, n, actors, args))
+            rows.append(point(folder, path, actors, args))
             args.out.write_text(json.dumps({"rows": rows, "machine": machine()}, indent=1), encoding="utf-8")
 
 

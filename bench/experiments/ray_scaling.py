@@ -25,6 +25,7 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,11 +66,11 @@ class _Clock(Progress):
         return (high[1] - low[1]) / (high[0] - low[0]) if high[0] > low[0] else 0.0
 
 
-def _input(folder: Path, rows: int) -> Path:
-    path = folder / f"in-{rows}.jsonl"
+def rows_file(path: Path, texts: Sequence[str]) -> Path:
+    """``texts`` as a batch's input, one row each, numbered."""
     with path.open("w", encoding="utf-8") as out:
-        for i in range(rows):
-            out.write(json.dumps({"id": i, "text": TEXT}, ensure_ascii=False) + "\n")
+        for i, text in enumerate(texts):
+            out.write(json.dumps({"id": i, "text": text}, ensure_ascii=False) + "\n")
     return path
 
 
@@ -78,7 +79,7 @@ def _pipeline(folder: Path, *, actors: int, rows: int, latency: float, concurren
     out = folder / f"out-{actors}-{latency}-{time.monotonic_ns()}"
     config = ray_batch.RayBatchConfig(
         task="landmark_slots",
-        inputs=(_input(folder, rows),),
+        inputs=(rows_file(folder / f"in-{rows}.jsonl", [TEXT] * rows),),
         output=out,
         actors=actors,
         cpus_per_actor=0.1,  # logical: 16 actors share the machine's cores

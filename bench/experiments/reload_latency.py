@@ -88,10 +88,9 @@ def main() -> None:
         rows.append(f"| {step} | {len(ms)} | {statistics.median(ms):.0f} | {max(ms):.0f} | {min(ms):.0f} |")
     reloads = [line for line in metrics.splitlines() if line.startswith("extractor_catalog_reloads_total")]
     intro = (
-        f"`python -m bench.experiments.reload_latency --rounds {args.rounds}`: "
-        "`extractor serve` (scripted engine, watcher on) "
-        "over "
-        "a copy of the shipped catalog; each step timed from the file saved to GET /tasks showing that version "
+        f"`python -m bench.experiments.reload_latency --rounds {args.rounds}`: `extractor serve` (scripted engine, "
+        "watcher on) over a copy of the shipped catalog; each step timed from the file saved to GET /tasks showing "
+        "that version "
         f"(polled every {POLL_S * 1000:.0f} ms). The watcher waits for 100 ms without change before it reloads. "
         "Reload counters at the end: " + "; ".join(f"`{line}`" for line in reloads)
     )
