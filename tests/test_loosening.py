@@ -114,6 +114,31 @@ def test_a_pattern_merged_with_a_recursive_property_is_checked_after(tmp_path: P
     assert not task.validator.is_valid({"kids": ["a", "b", "c", "d"]})  # the pattern's maxItems, checked after
 
 
+def test_keywords_beside_a_ref_into_the_recursion_through_a_pattern_are_checked_after(tmp_path: Path) -> None:
+    # JSONSchemaBench's hayson: a value is a string, a dict of values or a grid; a grid's meta is a
+    # dict with keywords of its own beside the ref, and the dict reaches the value only through a pattern
+    value = {"anyOf": [{"type": "string"}, {"$ref": "#/$defs/dict"}, {"$ref": "#/$defs/grid"}]}
+    dict_ = {
+        "type": "object",
+        "additionalProperties": False,
+        "patternProperties": {"^[a-z]": {"$ref": "#/$defs/value"}},
+    }
+    ver = {"type": "string", "enum": ["3.0"]}
+    meta = {"allOf": [{"$ref": "#/$defs/dict"}], "type": "object", "required": ["ver"], "properties": {"ver": ver}}
+    grid = {"type": "object", "properties": {"meta": {"$ref": "#/$defs/meta"}}, "required": ["meta"]}
+    schema = {
+        "$defs": {"value": value, "dict": dict_, "meta": meta, "grid": grid},
+        "type": "object",
+        "properties": {"v": {"$ref": "#/$defs/value"}, "g": {"$ref": "#/$defs/grid"}},
+    }
+    assert "circular references with sibling keys" in (refusal(schema) or "")
+    task = load(tmp_path, "hayson", schema)
+    assert warned(task, "#/$defs/meta/required"), task.warnings
+    assert refusal(task.engine_schema) is None
+    assert not task.validator.is_valid({"g": {"meta": {}}})  # the meta's required, checked after
+    assert task.validator.is_valid({"g": {"meta": {"ver": "3.0"}}, "v": {"meta": {}}})
+
+
 @pytest.mark.parametrize(
     ("schema", "text", "wrong", "right", "error"),
     [

@@ -18,20 +18,21 @@ from typing import Any
 from urllib.parse import unquote
 
 from extractor.constraints import patterns
+from extractor.constraints.decoding import MAX_DECODED_LENGTH
 from extractor.errors import TaskError
 from extractor.schema import join, resolve, unescape
 
 MAX_FILE_BYTES = 1_000_000  # a schema (or a prompt template) file
 MAX_DEPTH = 64  # JSON nesting of a schema file
 MAX_NODES = 50_000  # objects and arrays in one schema
-MAX_ENUM = 1_000  # values of one enum
-MAX_STRING_LENGTH = 100_000  # maxLength, minLength
+MAX_ENUM = 10_000  # values of one enum (JSON Schema Store's largest real ones: 5,383; compiled within MAX_COMPILE_S)
+MAX_STRING_LENGTH = MAX_DECODED_LENGTH  # minLength; a larger maxLength is decoded as this (no answer is longer)
 MAX_COUNT = 10_000  # maxItems, minItems, maxProperties, minProperties, maxContains, minContains
 MAX_REF_CHAIN = 32  # a $ref to a $ref to ...
 MAX_EXPANDED = 20_000  # subschemas applied to one value of an answer, $refs followed (refs can multiply them)
 MAX_COMPILE_S = 5.0  # compiling the decoding grammar of one task at load
 
-_LENGTHS = ("maxLength", "minLength")
+_LENGTHS = ("minLength",)
 _COUNTS = ("maxItems", "minItems", "maxProperties", "minProperties", "maxContains", "minContains")
 _DATA = ("enum", "const", "default", "examples", "x-extractor")  # values, not subschemas
 _TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
@@ -110,11 +111,17 @@ def _check_keywords(where: str, schema: Any, node: Mapping[str, Any], path: list
             value = node.get(key)
             if isinstance(value, int | float) and not isinstance(value, bool) and value > limit:
                 raise TaskError(where, join([*path, key], "#"), f"{key} {value} is over the limit of {limit}")
+    warnings = []
+    longest = node.get("maxLength")
+    if isinstance(longest, int | float) and not isinstance(longest, bool) and longest > MAX_DECODED_LENGTH:
+        warnings.append(
+            f"{where}: {join([*path, 'maxLength'], '#')}: maxLength {longest} is decoded as {MAX_DECODED_LENGTH} "
+            "(no answer is longer); the schema's own bound holds all the same"
+        )
     pattern = node.get("pattern")
     found: list[tuple[list[str], str]] = [(["pattern"], pattern)] if isinstance(pattern, str) else []
     if isinstance(node.get("patternProperties"), Mapping):
         found += [(["patternProperties", key], key) for key in node["patternProperties"]]
-    warnings = []
     for where_in, text in found:
         if not _is_regex(text):
             continue  # not a regex at all: the meta-schema check says so, better

@@ -62,6 +62,9 @@ _XGRAMMAR_FORMATS = frozenset(
 
 # llguidance's own options, read from the root of the schema it compiles: kept there, unlike our ``x-*`` keys.
 GUIDANCE = "x-guidance"
+# The longest string an answer is decoded to hold (far past any max_tokens): a larger maxLength is
+# decoded as this, a tighter bound; a grammar's counted repetition stays compilable.
+MAX_DECODED_LENGTH = 100_000
 # Keywords whose values are instance data (copied as is), and maps keyed by property names.
 _DATA_KEYS = frozenset({"const", "enum", "default", "examples"})
 _NAME_MAP_KEYS = (*SCHEMA_MAP_KEYS, "dependentRequired")
@@ -101,6 +104,14 @@ def engine_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     return stripped
 
 
+def _shorter(node: Mapping[str, Any], names: bool) -> dict[str, Any]:
+    """A ``maxLength`` past what any answer holds, decoded as :data:`MAX_DECODED_LENGTH` (a tighter bound)."""
+    longest = node.get("maxLength")
+    if names or not isinstance(longest, int | float) or isinstance(longest, bool) or longest <= MAX_DECODED_LENGTH:
+        return {}
+    return {"maxLength": MAX_DECODED_LENGTH}
+
+
 def _strip(node: Any, *, names: bool = False) -> Any:
     # ``names``: the keys are property or definition names, not keywords, so none is dropped.
     if isinstance(node, Mapping):
@@ -108,7 +119,7 @@ def _strip(node: Any, *, names: bool = False) -> Any:
             k: _data(v) if not names and k in _DATA_KEYS else _strip(v, names=not names and k in _NAME_MAP_KEYS)
             for k, v in node.items()
             if names or not str(k).startswith("x-")
-        }
+        } | _shorter(node, names)
     if isinstance(node, list):
         return [_strip(v) for v in node]
     return node

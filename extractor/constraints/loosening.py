@@ -167,15 +167,35 @@ def _strip_circular_siblings(schema: dict[str, Any], target: str) -> tuple[list[
     a branch, directly or through refs that lead to it in place) is checked after generation only.
     Annotations beside a ``$ref`` are dropped without a word.
     """
-    found: list[Unenforced] = []
-    changed = False
     goal = resolve(schema, target)
     if not isinstance(goal, Mapping):
-        return found, changed
+        return [], False
 
     def leads(branch: Any) -> bool:
         return _reaches(schema, branch, goal, in_place=True)
 
+    def in_cycle(branch: Any) -> bool:
+        # a $ref into the recursion: what it names reaches the target, anywhere below, and back
+        ref = branch.get("$ref") if isinstance(branch, Mapping) else None
+        named = resolve(schema, ref) if isinstance(ref, str) else None
+        return isinstance(named, Mapping) and (
+            named is goal
+            or (_reaches(schema, named, goal, in_place=False) and _reaches(schema, goal, named, in_place=False))
+        )
+
+    found, changed = _strip_beside(schema, leads)
+    if not changed:  # merged elsewhere: a property and a pattern that matches its name
+        found = _drop_overlapping_patterns(schema, goal)
+        changed = bool(found)
+    if not changed:  # a ref into the recursion that reaches the target only through a property or a pattern
+        found, changed = _strip_beside(schema, in_cycle)
+    return found, changed
+
+
+def _strip_beside(schema: dict[str, Any], leads: Callable[[Any], bool]) -> tuple[list[Unenforced], bool]:
+    """The keywords merged with each ``$ref`` (or branch) that ``leads`` says is recursive, left out of decoding."""
+    found: list[Unenforced] = []
+    changed = False
     for pointer, node in list(walk(schema)):
         if not isinstance(node, dict):
             continue
@@ -200,9 +220,6 @@ def _strip_circular_siblings(schema: dict[str, Any], target: str) -> tuple[list[
             for k in beside:
                 del node[k]
             changed = changed or bool(beside)
-    if not changed:  # merged elsewhere: a property and a pattern that matches its name
-        found += _drop_overlapping_patterns(schema, goal)
-        changed = bool(found)
     return found, changed
 
 
