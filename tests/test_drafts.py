@@ -276,3 +276,24 @@ def test_a_2020_12_schema_comes_out_as_it_went_in() -> None:
     }
     out = decoded(schema)
     assert out == schema and list(out) == list(schema)
+
+
+def test_a_schema_referencing_cannot_crawl_still_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    # JSON Schema Store's tmlanguage and config: referencing's crawl of embedded $ids met a property
+    # dependency (["begin"]) or a boolean where it looked for a subschema, and raised past the loader
+    import referencing
+
+    from extractor.catalog.tasks import task_from_schema
+
+    def refuse(self: Any) -> Any:
+        raise AttributeError("'list' object has no attribute 'get'")
+
+    monkeypatch.setattr(referencing.Registry, "crawl", refuse)
+    rule = {"type": "object", "properties": {"begin": {"type": "string"}, "end": {"type": "string"}}}
+    schema = {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "$ref": "#/definitions/rule",
+        "definitions": {"rule": rule},
+    }
+    task = task_from_schema("t", schema, where="x")
+    assert task.validator.is_valid({"begin": "a"}) and not task.validator.is_valid({"begin": 1})

@@ -504,7 +504,8 @@ async def test_over_stdio_on_the_real_engine_stdout_holds_nothing_but_the_protoc
     vLLM logs to stdout by default (its engine core is a child process), at start and at shutdown.
     """
     raw, errors = tmp_path / "stdout.raw", tmp_path / "stderr.txt"
-    command = [sys.executable, "-m", "extractor.cli", "mcp", "--tasks-dir", str(root), "--home", str(tmp_path / "home")]
+    # the model as `make setup` prepared it (the default home), as the other real-engine tests use it
+    command = [sys.executable, "-m", "extractor.cli", "mcp", "--tasks-dir", str(root)]
     parameters = StdioServerParameters(
         command="sh",
         args=["-c", '"$@" | tee "$RAW"', "sh", *command, "--no-watch"],

@@ -27,6 +27,7 @@ Pure: no file or network access (a ``$ref`` that does not resolve inside the sch
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -185,7 +186,13 @@ class _Translation:
         resource = spec.create_resource(schema)
         self.spec = spec
         self.base = resource.id() or _BASE
-        self.registry: referencing.Registry[Any] = referencing.Registry().with_resource(self.base, resource).crawl()
+        self.registry: referencing.Registry[Any] = referencing.Registry().with_resource(self.base, resource)
+        # The resources each $id names inside the schema. referencing takes what is not a subschema
+        # for one in some places (a draft-07 property dependency, ["begin"], in JSON Schema Store's
+        # tmlanguage): without the crawl, a $ref to an embedded $id fails to resolve with its pointer
+        # named, and every other $ref resolves.
+        with contextlib.suppress(TypeError, AttributeError):
+            self.registry = self.registry.crawl()
         self.placed: dict[int, str] = {}  # id(source subschema) -> its pointer in the translation
         # (translated node holding the ref, the target as resolved, its resolver, the ref as written)
         self.refs: list[tuple[dict[str, Any], Any, Resolver[Any], str]] = []
