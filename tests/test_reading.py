@@ -259,3 +259,13 @@ def test_a_learned_date_order_reads_the_fields_passages(tmp_path: Path) -> None:
     task = Catalog.load(tmp_path).get("d")
     assert task.reading["effective_date"]["date_order"] == "DMY"
     assert field_task(task, "effective_date").values["/effective_date"].settings["date_order"] == "DMY"
+
+
+def test_importing_documents_names_tune_by_document(
+    imported: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from extractor.cli import main
+
+    assert main(["examples", "import", "nda", str(tmp_path / "gold.jsonl"), "--tasks-dir", str(imported)]) == 0
+    said = capsys.readouterr().err
+    assert f"`extractor tune nda --documents {tmp_path / 'gold.jsonl'}` measures each field's reading" in said

@@ -49,7 +49,14 @@ def run(args: argparse.Namespace) -> int:
         from extractor.jobs import tuning
 
         pooled = Catalog.load(settings.tasks_dir, backend=settings.grammar_backend).tasks.get(task.name)
-        if pooled is not None:
+        by_field = pooled is not None and pooled.settings.chunking is not None and pooled.settings.chunking.by_field
+        if pooled is not None and report.documents and pooled.reading and by_field:
+            print(
+                f"read field by field as the documents taught; `extractor tune {task.name} --documents {args.gold}` "
+                f"measures each field's reading on them, whole ({len(tuning.reading_candidates(pooled))} runs)",
+                file=sys.stderr,
+            )
+        elif pooled is not None:
             own = pooled.settings.model or settings.model
             models = models_to_try(settings, own)
             plan = tuning.plan_text(pooled, tuning.candidates(pooled), lines=min(100, len(lines)), models=models)
