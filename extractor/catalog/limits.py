@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from extractor.constraints import patterns
-from extractor.constraints.decoding import MAX_DECODED_LENGTH
+from extractor.constraints.decoding import MAX_DECODED_LENGTH, past_decoded_length
 from extractor.errors import TaskError
 from extractor.schema import join, resolve, unescape
 
@@ -112,8 +112,8 @@ def _check_keywords(where: str, schema: Any, node: Mapping[str, Any], path: list
             if isinstance(value, int | float) and not isinstance(value, bool) and value > limit:
                 raise TaskError(where, join([*path, key], "#"), f"{key} {value} is over the limit of {limit}")
     warnings = []
-    longest = node.get("maxLength")
-    if isinstance(longest, int | float) and not isinstance(longest, bool) and longest > MAX_DECODED_LENGTH:
+    longest = past_decoded_length(node)
+    if longest is not None:
         warnings.append(
             f"{where}: {join([*path, 'maxLength'], '#')}: maxLength {longest} is decoded as {MAX_DECODED_LENGTH} "
             "(no answer is longer); the schema's own bound holds all the same"

@@ -87,6 +87,12 @@ def read(path: Path) -> dict[str, Any]:
     return dict(data["x-extractor"])
 
 
+def reading_of(root: Path, name: str) -> dict[str, str]:
+    """Each field's reading variant in a task's tuned file (``extractor tune --documents``); none: empty."""
+    path = tuned_path(root, name)
+    return dict(read(path).get(READING) or {}) if path.is_file() else {}
+
+
 def layered(written: Mapping[str, Any], tuned: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The defaults, then ``written`` (the schema's block), then ``tuned``: one ``x-extractor`` block."""
     merged: dict[str, Any] = dict(DEFAULTS)

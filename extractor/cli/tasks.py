@@ -85,6 +85,5 @@ def _reading(task: Task, root: Path) -> dict[str, str]:
     """Each field's reading variant: as ``extractor tune --documents`` chose it (tuned), else as the pool taught it."""
     from extractor.catalog import tuned
 
-    path = tuned.tuned_path(root, task.name)
-    chosen = tuned.read(path).get(tuned.READING) or {} if path.is_file() else {}
+    chosen = tuned.reading_of(root, task.name)
     return {f: f"{chosen[f]} (tuned)" if f in chosen else "learned" for f in task.reading}

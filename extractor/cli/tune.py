@@ -129,9 +129,7 @@ def _by_document(args: argparse.Namespace, extractor: Extractor, task: Task) -> 
     from extractor.jobs import tuning
     from extractor.review import fitting
 
-    path = tuned.tuned_path(extractor.settings.tasks_dir, task.name)
-    current = tuned.read(path).get(tuned.READING) if path.is_file() else None
-    options = tuning.reading_candidates(task, current)
+    options = tuning.reading_candidates(task, tuned.reading_of(extractor.settings.tasks_dir, task.name))
     try:
         documents = read_documents(Path(args.documents), task)
     except (OSError, ValueError) as error:

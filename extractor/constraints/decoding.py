@@ -104,12 +104,17 @@ def engine_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     return stripped
 
 
+def past_decoded_length(node: Mapping[str, Any]) -> int | float | None:
+    """The ``maxLength`` of ``node`` where it is past what any answer holds (:data:`MAX_DECODED_LENGTH`), else None."""
+    longest = node.get("maxLength")
+    if isinstance(longest, int | float) and not isinstance(longest, bool) and longest > MAX_DECODED_LENGTH:
+        return longest
+    return None
+
+
 def _shorter(node: Mapping[str, Any], names: bool) -> dict[str, Any]:
     """A ``maxLength`` past what any answer holds, decoded as :data:`MAX_DECODED_LENGTH` (a tighter bound)."""
-    longest = node.get("maxLength")
-    if names or not isinstance(longest, int | float) or isinstance(longest, bool) or longest <= MAX_DECODED_LENGTH:
-        return {}
-    return {"maxLength": MAX_DECODED_LENGTH}
+    return {} if names or past_decoded_length(node) is None else {"maxLength": MAX_DECODED_LENGTH}
 
 
 def _strip(node: Any, *, names: bool = False) -> Any:

@@ -23,6 +23,7 @@ from extractor.storage import write_atomic
 
 if TYPE_CHECKING:  # the catalog and the gold files are above the pools: named in annotations only
     from extractor.catalog.tasks import Task
+    from extractor.documents.model import Document
     from extractor.jobs.gold import TaskMap
 
 
@@ -120,12 +121,7 @@ def import_gold(
 
 def _document_lines(value: Mapping[str, Any], task: Task, base: Path, report: ImportReport) -> list[dict[str, Any]]:
     """A labelled document (``file``, relative to the gold file) as the pool passages holding its labels."""
-    from extractor import documents  # PDF/HTML/DOCX conversion: loaded only for document lines
-
-    if not isinstance(value.get("file"), str) or not isinstance(value.get("expected", value.get("output")), dict):
-        raise ValueError("a document line needs 'file' (a path) and 'expected' or 'output'")
-    document = documents.read(base / value["file"])
-    output = value["output"] if "output" in value else shape(value["expected"], task.schema)
+    document, output = _document(value, task, base)
     lines, placed = placing.passages(
         task,
         document.text,
@@ -155,18 +151,14 @@ def read_documents(path: Path, task: Task) -> list[LabelledDocument]:
 
     ``ValueError`` naming the line when one cannot be read; lines without ``file`` are skipped.
     """
-    from extractor import documents  # PDF/HTML/DOCX conversion
-
     found: list[LabelledDocument] = []
     for number, raw in _lines(path):
         try:
             value = json.loads(raw)
             if not isinstance(value, dict) or "file" not in value:
                 continue
-            if not isinstance(value["file"], str) or not isinstance(value.get("expected", value.get("output")), dict):
-                raise ValueError("a document line needs 'file' (a path) and 'expected' or 'output'")
-            output = value["output"] if "output" in value else shape(value["expected"], task.schema)
-            text = documents.read(path.parent / value["file"]).text
+            document, output = _document(value, task, path.parent)
+            text = document.text
         except (ValueError, OSError, ExtractorError) as error:
             raise ValueError(f"{path}:{number}: {error}") from None
         found.append(LabelledDocument(str(value.get("id") or value["file"]), text, _as_worded(task, text, output)))
@@ -181,7 +173,8 @@ def _as_worded(task: Task, text: str, output: Mapping[str, Any]) -> dict[str, An
         here = [v for n, v, _, _ in placed.spans if n == name]
         if isinstance(value, list):
             left = [v for v in value if f"{name}: {v!r}" in placed.missing]
-            worded[name] = [v for i, v in enumerate([*here, *left]) if v not in [*here, *left][:i]]
+            both = [*here, *left]
+            worded[name] = [v for i, v in enumerate(both) if v not in both[:i]]
         else:
             worded[name] = here[0] if here else value
     return worded
@@ -193,6 +186,16 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
         for number, raw in enumerate(handle, start=1):
             if raw.strip():
                 yield number, raw
+
+
+def _document(value: Mapping[str, Any], task: Task, base: Path) -> tuple[Document, dict[str, Any]]:
+    """A document line's file (relative to the gold file), converted, and its labels shaped as the task's output."""
+    from extractor import documents  # PDF/HTML/DOCX conversion: loaded only for document lines
+
+    if not isinstance(value.get("file"), str) or not isinstance(value.get("expected", value.get("output")), dict):
+        raise ValueError("a document line needs 'file' (a path) and 'expected' or 'output'")
+    output = value["output"] if "output" in value else shape(value["expected"], task.schema)
+    return documents.read(base / value["file"]), output
 
 
 def write_pool(path: Path, lines: list[dict[str, Any]]) -> None:

@@ -127,6 +127,17 @@ _NUMERIC_DATE = re.compile(r"\b(\d{1,2})[./-](\d{1,2})[./-](\d{2}|\d{4})\b")
 _ISO_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
 
 
+def _labels_in(example: Example, name: str) -> list[tuple[int, int]]:
+    """Where in ``example``'s passage each of its document's labels of ``name`` sits, for those inside it."""
+    source = example.source
+    assert source is not None
+    return [
+        (label.start - source.start, label.end - source.start)
+        for label in source.labels
+        if label.field == name and source.start <= label.start and label.end <= source.end
+    ]
+
+
 def date_order(passages: Sequence[Example], name: str) -> str | None:
     """``DMY`` or ``MDY``: how the documents write a date field's labels in digits, where they agree.
 
@@ -135,17 +146,13 @@ def date_order(passages: Sequence[Example], name: str) -> str | None:
     """
     votes: Counter[str] = Counter()
     for example in passages:
-        source = example.source
-        assert source is not None
         held = example.output.get(name)
         value = _ISO_DATE.fullmatch(held) if isinstance(held, str) else None
         if value is None:
             continue
         month, day = int(value.group(2)), int(value.group(3))
-        for label in source.labels:
-            if label.field != name or not (source.start <= label.start and label.end <= source.end):
-                continue
-            words = _NUMERIC_DATE.search(example.text[label.start - source.start : label.end - source.start])
+        for start, end in _labels_in(example, name):
+            words = _NUMERIC_DATE.search(example.text[start:end])
             if words is None or words.group(1) == words.group(2):
                 continue
             first, second = int(words.group(1)), int(words.group(2))
@@ -176,15 +183,15 @@ def variant(name: str, learned: Mapping[str, object]) -> dict[str, object]:
     passages / its first and last; ``unexpected``: as learned, but null allowed; ``plain``: no
     learned option (the field's own words, the default passages).
     """
-    expect = {k: learned[k] for k in ("expect", "date_order") if k in learned}  # kept by every variant but plain
+    kept = {k: learned[k] for k in ("expect", "date_order") if k in learned}  # by every variant but plain
     if name == "learned":
         return dict(learned)
     if name == "ranked":
-        return ({"query": learned["query"]} if "query" in learned else {}) | {"passages": 3} | expect
+        return ({"query": learned["query"]} if "query" in learned else {}) | {"passages": 3} | kept
     if name == "start":
-        return {"from": "start", "passages": 2} | expect
+        return {"from": "start", "passages": 2} | kept
     if name == "ends":
-        return {"from": ["start", "end"], "passages": 1} | expect
+        return {"from": ["start", "end"], "passages": 1} | kept
     if name == "unexpected":
         return {k: v for k, v in learned.items() if k != "expect"}
     if name == "plain":
@@ -199,12 +206,7 @@ def query(passages: Sequence[Example], seen: Counter[str], name: str, descriptio
     """
     before: Counter[str] = Counter()
     for example in passages:
-        source = example.source
-        assert source is not None
-        for label in source.labels:
-            if label.field != name or not (source.start <= label.start and label.end <= source.end):
-                continue
-            at = label.start - source.start
+        for at, _ in _labels_in(example, name):
             before.update(set(_words(example.text[max(0, at - WINDOW_CHARS) : at])))
     total = max(1, len(passages))
     scored = {w: n * math.log(total / seen[w]) for w, n in before.items() if seen[w] and n > 1}

@@ -134,6 +134,11 @@ def candidates(task: Task, *, ks: Sequence[int] = K_CHOICES) -> list[Candidate]:
                 found.append(Candidate(f"k={k}, hints {'on' if hints else 'off'}", settings))
     if task.adapter is not None:
         found += [Candidate(f"{c.label}, no adapter", {**c.settings, "adapter": False}) for c in list(found)]
+    return _unique(found)
+
+
+def _unique(found: Sequence[Candidate]) -> list[Candidate]:
+    """``found`` without a candidate whose settings an earlier one already measures."""
     unique: dict[str, Candidate] = {}
     for c in found:
         unique.setdefault(json.dumps(c.settings, sort_keys=True), c)
@@ -161,10 +166,7 @@ def reading_candidates(task: Task, current: Mapping[str, str] | None = None) -> 
     found = [Candidate("as it is", {READING: now})]
     found += [Candidate(f"every field {v}", {READING: {f: v for f in fields}}) for v in reading.VARIANTS]
     found.append(Candidate(WHOLE_ANSWERS, {"chunking": {"by_field": False}}))
-    unique: dict[str, Candidate] = {}
-    for c in found:
-        unique.setdefault(json.dumps(c.settings, sort_keys=True), c)
-    return list(unique.values())
+    return _unique(found)
 
 
 @dataclass(frozen=True)
