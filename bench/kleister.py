@@ -108,7 +108,7 @@ def catalog_root(documents_: int, into: Path, *, newcomer: bool = False, sources
     lines = (DATA / "train.jsonl").read_text().splitlines()[:documents_]
     gold.write_text("\n".join(json.dumps({**json.loads(x), "file": str(DATA / json.loads(x)["file"])}) for x in lines))
     task = Catalog.load(into).get("nda")
-    pool, report = import_gold(gold, task)
+    pool, report = import_gold(gold, task, limits=documents.Limits.from_settings(Settings.from_env()))
     if not sources:
         pool = [{k: v for k, v in line.items() if k != "source"} for line in pool]
     write_pool(into / "examples" / "nda.jsonl", pool)
@@ -127,6 +127,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         started = time.perf_counter()
         command = [sys.executable, "-m", "extractor.cli", "tune", "nda", "--documents", str(root / "train.jsonl")]
         command += ["--docs", str(args.tune), "--tasks-dir", str(root), "--engine", args.engine, "--no-try-model"]
+        command += ["--budget", str(args.tune_budget)] if args.tune_budget else []
         subprocess.run(command, check=True)
         tuning_s = round(time.perf_counter() - started, 1)
     settings = Settings.from_env(engine=args.engine, tasks_dir=root)
@@ -162,6 +163,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 record["stages"] = {"conversion": round(converted, 3), **clock.rounded()}
                 record["data"] = result.data
                 record["attempts"] = len(result.attempts)
+                record["tokens"] = {  # where the engine's time goes: tokens read and written, answers cut at the limit
+                    "prompt": sum(a.prompt_tokens for a in result.attempts),
+                    "completion": sum(a.completion_tokens for a in result.attempts),
+                    "cut": sum(1 for a in result.attempts if a.finish_reason == "length"),
+                    "longest_ms": round(max((a.latency_ms for a in result.attempts), default=0.0)),
+                }
                 record["notes"] = len(result.notes)
                 record["evidence"] = {
                     s.path: {
@@ -271,6 +278,10 @@ def summarize(
         "task": "newcomer" if args.newcomer else "expert",
         "learned_reading": not args.forget_sources,
         "attempts_per_doc": round(sum(r.get("attempts", 0) for r in records) / max(1, len(records)), 2),
+        "tokens_per_doc": {
+            k: round(sum(r.get("tokens", {}).get(k, 0) for r in records) / max(1, len(records)), 1)
+            for k in ("prompt", "completion", "cut")
+        },
         "stages_s_per_doc": {k: round(v / max(1, len(records)), 3) for k, v in summed_stages.items()},
         "documents": len(records),
         "failed": sum(1 for r in records if "error" in r),
@@ -354,6 +365,7 @@ def main() -> None:
     parser.add_argument("--pool", type=int, default=0, help="train documents imported into the pool (0: none)")
     parser.add_argument("--newcomer", action="store_true", help="a newcomer's task: the fields' descriptions only")
     parser.add_argument("--tune", type=int, default=0, help="first `extractor tune --documents` on N of the pool's")
+    parser.add_argument("--tune-budget", type=float, default=0, help="seconds for that tune (0: none)")
     parser.add_argument("--raw", action="store_true", help="then the bare engine reading each document once (issue 58)")
     parser.add_argument(
         "--forget-sources", action="store_true", help="the pool without its documents' sources (nothing learned)"

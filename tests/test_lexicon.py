@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 from extractor.catalog.prompting import HINTS_INTRO, render
@@ -80,3 +81,34 @@ def test_training_samples_get_the_hints_a_new_text_would_get(tmp_path: Path) -> 
     first = found[0].messages
     assert len(first) == 2  # system and request: an adapter sees no worked examples
     assert first[-1]["content"].endswith(f'{HINTS_INTRO} {{"company":["招商银行"]}}')
+
+
+def test_the_indexed_scan_finds_what_trying_every_length_at_every_place_finds() -> None:
+    """The scan tries only the lengths of values starting with the two characters at hand: same hints as all."""
+    import random
+
+    from extractor.examples.lexicon import MIN_CHARS, Hint, _bounded
+
+    rng = random.Random(7)
+    words = ["Acme", "Acme Inc", "Inc", "New York", "New", "York City", "招商", "招商银行", "ab", "abc", "b c"]
+    pool = [{"party": rng.sample(words, 3)} for _ in range(20)] + [{"law": ["New York", "ab"]}]
+    lexicon = Lexicon.build(pool)
+    without = {"party": ["Acme Inc"]}
+    own = Counter((f"/{k}", v) for k, vs in without.items() for v in vs)
+
+    def every_length(text: str) -> list[Hint]:
+        hints, i = [], 0
+        while i < len(text):
+            for j in range(min(len(text), i + lexicon.longest), i + MIN_CHARS - 1, -1):
+                label = lexicon._label(text[i:j], own)
+                if label is not None and _bounded(text, i, j):
+                    hints.append(Hint(text[i:j], label, i))
+                    i = j
+                    break
+            else:
+                i += 1
+        return hints
+
+    for _ in range(200):
+        text = "".join(rng.choice([*words, " ", ", ", "x", "招", "银行"]) for _ in range(rng.randint(0, 30)))
+        assert lexicon.find(text, without=without) == every_length(text)

@@ -159,7 +159,8 @@ async def test_tune_by_document_chooses_each_fields_reading_beyond_noise(importe
     catalog = Catalog.load(imported)
     task = catalog.get("nda")
     assert task.reading["jurisdiction"] == {"from": ["start", "end"], "passages": 1, "expect": True}
-    documents = read_documents(tmp_path / "gold.jsonl", task)
+    documents, unread = read_documents(tmp_path / "gold.jsonl", task)
+    assert unread == []
     assert [d.id for d in documents] == [f"c{n}" for n in range(5)]
     assert documents[0].expected["party"] == ["Acme Widgets, Inc", "Beta Labs LLC"]  # as the document words it
     cases = fitting.document_cases(task, documents, count=5, folds=5)
@@ -269,3 +270,21 @@ def test_importing_documents_names_tune_by_document(
     assert main(["examples", "import", "nda", str(tmp_path / "gold.jsonl"), "--tasks-dir", str(imported)]) == 0
     said = capsys.readouterr().err
     assert f"`extractor tune nda --documents {tmp_path / 'gold.jsonl'}` measures each field's reading" in said
+
+
+def test_labelled_documents_are_converted_under_the_settings_limits(imported: Path, tmp_path: Path) -> None:
+    """A document the limits refuse (as a scan is with OCR off) is left out and named; a missing file is an error."""
+    from extractor.documents import Limits
+    from extractor.examples.importing import read_documents
+
+    task = Catalog.load(imported).get("nda")
+    long_one = max(len(d.text) for d in read_documents(tmp_path / "gold.jsonl", task)[0])  # c4's, the longest
+    documents, unread = read_documents(tmp_path / "gold.jsonl", task, limits=Limits(max_chars=long_one - 1))
+    assert [d.id for d in documents] == ["c0", "c1", "c2", "c3"]
+    assert len(unread) == 1 and unread[0].startswith(f"{tmp_path / 'gold.jsonl'}:5: ")
+    lines, report = import_gold(tmp_path / "gold.jsonl", task, limits=Limits(max_chars=long_one - 1))
+    assert {line["source"]["document"] for line in lines} == {"c0", "c1", "c2", "c3"}
+    assert report.documents == 4 and len(report.refused) == 1
+    (tmp_path / "gone.jsonl").write_text(json.dumps({"file": "nowhere.pdf", "expected": {"party": []}}) + "\n")
+    with pytest.raises(ValueError, match=r"nowhere\.pdf: no such file"):
+        read_documents(tmp_path / "gone.jsonl", task)

@@ -104,10 +104,17 @@ def _turns(task: Task, examples: Sequence[Example]) -> list[Message]:
     messages: list[Message] = []
     for example in examples:
         shown = example.text if task.instruction_only else render_instruction(task, example.text)
-        shown += hints_block(task, example.text, without=example.output)
+        output = compact_json(example.output)
+        shown += _example_hints(task, example.text, output)
         messages.append({"role": "user", "content": shown})
-        messages.append({"role": "assistant", "content": _answer(task, example.text, compact_json(example.output))})
+        messages.append({"role": "assistant", "content": _answer(task, example.text, output)})
     return messages
+
+
+@functools.lru_cache(maxsize=4096)
+def _example_hints(task: Task, text: str, output: str) -> str:
+    """A worked example's hints, its own labels left out: the same for every text it is shown beside."""
+    return hints_block(task, text, without=json.loads(output))
 
 
 @functools.lru_cache(maxsize=4096)

@@ -28,6 +28,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def run(args: argparse.Namespace) -> int:
     """Write the task's example pool from the gold file, then say what tuning it would take."""
     from extractor.catalog.tasks import Catalog
+    from extractor.documents import Limits
     from extractor.examples.importing import import_gold, write_pool
     from extractor.jobs import gold
 
@@ -38,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
         task,
         task_field=args.task_field,
         mapping=gold.task_map(args.task_map) if args.task_map else None,
+        limits=Limits.from_settings(settings, ocr_languages=task.settings.ocr_languages),
     )
     print(report.text(), file=sys.stderr)
     if not lines:

@@ -130,10 +130,15 @@ def _by_document(args: argparse.Namespace, extractor: Extractor, task: Task) -> 
     from extractor.review import fitting
 
     options = tuning.reading_candidates(task, tuned.reading_of(extractor.settings.tasks_dir, task.name))
+    from extractor.documents import Limits
+
+    limits = Limits.from_settings(extractor.settings, ocr_languages=task.settings.ocr_languages)
     try:
-        documents = read_documents(Path(args.documents), task)
+        documents, unread = read_documents(Path(args.documents), task, limits=limits)
     except (OSError, ValueError) as error:
         raise ExtractorError(f"--documents: {error}") from None
+    for problem in unread:
+        print(f"left out, not converted: {problem}", file=sys.stderr)
     cases = fitting.document_cases(task, documents, count=args.docs, folds=args.folds, seed=args.seed)
     print(
         f"`extractor tune {task.name} --documents` would measure {len(options)} readings "

@@ -23,7 +23,7 @@ from extractor.storage import write_atomic
 
 if TYPE_CHECKING:  # the catalog and the gold files are above the pools: named in annotations only
     from extractor.catalog.tasks import Task
-    from extractor.documents.model import Document
+    from extractor.documents.model import Document, Limits
     from extractor.jobs.gold import TaskMap
 
 
@@ -87,9 +87,12 @@ def shape(expected: Mapping[str, Any], schema: Mapping[str, Any]) -> dict[str, A
 
 
 def import_gold(
-    path: Path, task: Task, *, task_field: str = "task", mapping: TaskMap | None = None
+    path: Path, task: Task, *, task_field: str = "task", mapping: TaskMap | None = None, limits: Limits | None = None
 ) -> tuple[list[dict[str, Any]], ImportReport]:
-    """Pool lines for ``task`` from the gold file at ``path``, and what happened to each line."""
+    """Pool lines for ``task`` from the gold file at ``path``, and what happened to each line.
+
+    ``limits``: how documents are converted (pages, characters, OCR), as the service's settings say.
+    """
     report = ImportReport()
     lines: list[dict[str, Any]] = []
     seen: set[str] = set()
@@ -103,7 +106,11 @@ def import_gold(
                 if name != task.name:
                     report.other_task += 1
                     continue
-            found = _document_lines(value, task, path.parent, report) if "file" in value else [_pool_line(value, task)]
+            found = (
+                _document_lines(value, task, path.parent, report, limits)
+                if "file" in value
+                else [_pool_line(value, task)]
+            )
             for line in found:
                 check_line(json.dumps(line), validator=task.validator, ungrounded=task.ungrounded | set(task.values))
         except (ValueError, KeyError, ExtractorError) as error:
@@ -119,9 +126,11 @@ def import_gold(
     return lines, report
 
 
-def _document_lines(value: Mapping[str, Any], task: Task, base: Path, report: ImportReport) -> list[dict[str, Any]]:
+def _document_lines(
+    value: Mapping[str, Any], task: Task, base: Path, report: ImportReport, limits: Limits | None
+) -> list[dict[str, Any]]:
     """A labelled document (``file``, relative to the gold file) as the pool passages holding its labels."""
-    document, output = _document(value, task, base)
+    document, output = _document(value, task, base, limits)
     lines, placed = placing.passages(
         task,
         document.text,
@@ -146,23 +155,29 @@ class LabelledDocument:
     expected: dict[str, Any]
 
 
-def read_documents(path: Path, task: Task) -> list[LabelledDocument]:
+def read_documents(path: Path, task: Task, *, limits: Limits | None = None) -> tuple[list[LabelledDocument], list[str]]:
     """The labelled documents of the gold file at ``path`` (lines with ``file``), converted as serving converts them.
 
-    ``ValueError`` naming the line when one cannot be read; lines without ``file`` are skipped.
+    Returns them and, for each document that could not be converted (a scan without OCR, a file over
+    ``limits``), the line and why: it is left out. ``ValueError`` naming the line when a line itself
+    is wrong (not JSON, no labels, a file that is not there); lines without ``file`` are skipped.
     """
     found: list[LabelledDocument] = []
+    unread: list[str] = []
     for number, raw in _lines(path):
         try:
             value = json.loads(raw)
             if not isinstance(value, dict) or "file" not in value:
                 continue
-            document, output = _document(value, task, path.parent)
+            document, output = _document(value, task, path.parent, limits)
             text = document.text
-        except (ValueError, OSError, ExtractorError) as error:
+        except ExtractorError as error:
+            unread.append(f"{path}:{number}: {error}")
+            continue
+        except (ValueError, OSError) as error:
             raise ValueError(f"{path}:{number}: {error}") from None
         found.append(LabelledDocument(str(value.get("id") or value["file"]), text, _as_worded(task, text, output)))
-    return found
+    return found, unread
 
 
 def _as_worded(task: Task, text: str, output: Mapping[str, Any]) -> dict[str, Any]:
@@ -188,14 +203,18 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
                 yield number, raw
 
 
-def _document(value: Mapping[str, Any], task: Task, base: Path) -> tuple[Document, dict[str, Any]]:
+def _document(
+    value: Mapping[str, Any], task: Task, base: Path, limits: Limits | None = None
+) -> tuple[Document, dict[str, Any]]:
     """A document line's file (relative to the gold file), converted, and its labels shaped as the task's output."""
     from extractor import documents  # PDF/HTML/DOCX conversion: loaded only for document lines
 
     if not isinstance(value.get("file"), str) or not isinstance(value.get("expected", value.get("output")), dict):
         raise ValueError("a document line needs 'file' (a path) and 'expected' or 'output'")
     output = value["output"] if "output" in value else shape(value["expected"], task.schema)
-    return documents.read(base / value["file"]), output
+    if not (base / value["file"]).is_file():
+        raise ValueError(f"{value['file']}: no such file (a path relative to the gold file)")
+    return documents.read(base / value["file"], limits=limits), output
 
 
 def write_pool(path: Path, lines: list[dict[str, Any]]) -> None:

@@ -44,6 +44,9 @@ class Lexicon:
 
     fields: dict[str, Counter[str]] = field(default_factory=dict)
     longest: int = 0
+    # the lengths of the values that start with each pair of characters, longest first: a text is
+    # scanned once, trying at each place only the lengths of values that start there
+    _lengths: dict[str, tuple[int, ...]] | None = field(default=None, repr=False)
 
     @classmethod
     def build(cls, outputs: Iterable[Mapping[str, Any]], *, skip: frozenset[str] = frozenset()) -> Lexicon:
@@ -68,14 +71,28 @@ class Lexicon:
         if counts[path] <= 0:
             del counts[path]
         self.longest = max(self.longest, len(value))
+        self._lengths = None
+
+    def lengths(self) -> dict[str, tuple[int, ...]]:
+        """Each pair of first characters -> the lengths of the remembered values that start with it, longest first."""
+        if self._lengths is None:
+            by_start: dict[str, set[int]] = {}
+            for value in self.fields:
+                by_start.setdefault(value[:MIN_CHARS], set()).add(len(value))
+            self._lengths = {start: tuple(sorted(sizes, reverse=True)) for start, sizes in by_start.items()}
+        return self._lengths
 
     def find(self, text: str, *, without: Mapping[str, Any] | None = None) -> list[Hint]:
         """Remembered values in ``text``, in text order; ``without``: one pool output left out (its own line)."""
         own = Counter((field_path(p), v) for p, v in string_leaves(without)) if without is not None else Counter()
         hints: list[Hint] = []
+        lengths = self.lengths()
         i = 0
         while i < len(text):
-            for j in range(min(len(text), i + self.longest), i + MIN_CHARS - 1, -1):
+            for size in lengths.get(text[i : i + MIN_CHARS], ()):
+                j = i + size
+                if j > len(text):
+                    continue
                 label = self._label(text[i:j], own)
                 if label is not None and _bounded(text, i, j):
                     hints.append(Hint(text[i:j], label, i))

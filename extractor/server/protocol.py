@@ -274,7 +274,11 @@ class ChatRequest(BaseModel):
 
     model_config = STRICT
 
-    query: str = Field(min_length=1, description="the user's message")
+    query: str = Field(
+        min_length=1,
+        description="the user's message",
+        json_schema_extra={"pattern": r"\S"},  # some text, not only spaces: checked by the chat (a 422 naming `query`)
+    )
     history: list[Turn] = Field(default_factory=list, description="earlier [user, assistant] turns, oldest first")
     system: str = "You are a helpful assistant."
     stream: bool = Field(default=False, description="stream cumulative {'text'} JSON objects, each followed by \\0")
