@@ -161,15 +161,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 with stages.measuring() as clock:
                     result = await extractor.aextract_document(task, document, options=options)
                 record["stages"] = {"conversion": round(converted, 3), **clock.rounded()}
-                record["data"] = result.data
-                record["attempts"] = len(result.attempts)
-                record["tokens"] = {  # where the engine's time goes: tokens read and written, answers cut at the limit
-                    "prompt": sum(a.prompt_tokens for a in result.attempts),
-                    "completion": sum(a.completion_tokens for a in result.attempts),
-                    "cut": sum(1 for a in result.attempts if a.finish_reason == "length"),
-                    "longest_ms": round(max((a.latency_ms for a in result.attempts), default=0.0)),
+                at = result.attempts  # where the engine's time goes: tokens read and written, answers cut
+                record.update(data=result.data, attempts=len(at), notes=len(result.notes))
+                record["tokens"] = {
+                    "prompt": sum(a.prompt_tokens for a in at),
+                    "completion": sum(a.completion_tokens for a in at),
+                    "cut": sum(a.finish_reason == "length" for a in at),
                 }
-                record["notes"] = len(result.notes)
                 record["evidence"] = {
                     s.path: {
                         "words": s.value,
@@ -192,7 +190,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         await asyncio.gather(*(one(line) for line in lines))
         elapsed = time.perf_counter() - t0
-        files = [DATA / line["file"] for line in lines]
+        files = [DATA / line["file"] for line in lines] if args.raw else []
         raw_s = await raw_reading(extractor, files, limits, args.concurrency) if args.raw else None
     finally:
         await extractor.aclose()
@@ -302,6 +300,28 @@ def summarize(
     }
 
 
+def stage_table(runs: dict[str, Any]) -> list[str]:
+    """Seconds a document by stage for the runs that timed them (also on ``bench/results/documents.md``)."""
+    timed = {label: run_ for label, run_ in runs.items() if run_.get("stages_s_per_doc")}
+    names = list(stages.STAGES)
+    rows = [
+        "",
+        "Seconds a document by stage (`extractor.stages`; engine waits overlap), attempts a document, and "
+        "extractor's time over the bare engine reading each document once (`--raw`):",
+        "",
+        "| run | task | " + " | ".join(names) + " | attempts | docs/s | extractor / raw vLLM |",
+        "|---|---|" + "---|" * (len(names) + 3),
+    ]
+    for label, run_ in timed.items():
+        per = run_["stages_s_per_doc"]
+        rows.append(
+            f"| {label} | {run_.get('task', 'expert')} | "
+            + " | ".join(str(per.get(n, "")) for n in names)
+            + f" | {run_.get('attempts_per_doc', '')} | {run_['docs_per_s']} | {run_.get('extractor_over_raw', '')} |"
+        )
+    return rows if timed else []
+
+
 def render(runs: dict[str, Any]) -> str:
     rows = [
         "| run | documents | failed | Kleister F1 | P | R | party | effective_date | jurisdiction | term "
@@ -316,26 +336,7 @@ def render(runs: dict[str, Any]) -> str:
             + f" | {run_['docs_per_s']} | {run_['pages_per_s']} | "
             + f"{run_.get('typed_with_page_and_boxes', 0)} of {run_.get('typed_values', 0)} |"
         )
-    timed = {label: run_ for label, run_ in runs.items() if run_.get("stages_s_per_doc")}
-    if timed:
-        names = list(stages.STAGES)
-        rows += [
-            "",
-            "Seconds a document by stage (`extractor.stages`; engine waits overlap), attempts a document, and "
-            "extractor's time over the bare engine reading each document once (`--raw`):",
-            "",
-        ]
-        rows += [
-            "| run | task | " + " | ".join(names) + " | attempts | extractor / raw vLLM |",
-            "|---|---|" + "---|" * (len(names) + 2),
-        ]
-        for label, run_ in timed.items():
-            per = run_["stages_s_per_doc"]
-            rows.append(
-                f"| {label} | {run_.get('task', 'expert')} | "
-                + " | ".join(str(per.get(n, "")) for n in names)
-                + f" | {run_.get('attempts_per_doc', '')} | {run_.get('extractor_over_raw', '')} |"
-            )
+    rows += stage_table(runs)
     positions = ["", "Recall by where the gold value sits in the document (share of the text):", ""]
     positions += ["| run | field @ position | gold | found |", "|---|---|---|---|"]
     for label, run_ in runs.items():

@@ -20,10 +20,11 @@ value is not in the text as written.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import unicodedata
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -105,7 +106,8 @@ def is_grounded_field(pointer: str, skipped: frozenset[str]) -> bool:
     return not any(path == s or path.startswith(s + "/") for s in skipped)
 
 
-def _normalize(text: str, *, marks: bool = True) -> tuple[str, list[int]]:
+@functools.lru_cache(maxsize=512)  # a passage is grounded again at each attempt and for each field read from it
+def _normalize(text: str, *, marks: bool = True) -> tuple[str, tuple[int, ...]]:
     """Decompose (NFD), lower-case, collapse whitespace; return the new text and each char's original index.
 
     ``marks=False`` also drops combining marks (accents), for the fuzzy comparison.
@@ -128,7 +130,7 @@ def _normalize(text: str, *, marks: bool = True) -> tuple[str, list[int]]:
             lowered = piece.lower()
             out.append(lowered if len(lowered) == 1 else piece)
             index.append(i)
-    return "".join(out), index
+    return "".join(out), tuple(index)
 
 
 def _occurrences(haystack: str, needle: str) -> Iterator[int]:
@@ -164,10 +166,10 @@ class _Views:
     def __init__(self, text: str) -> None:
         self.text = text
         self.normalized, self.index = _normalize(text)
-        self._loose: tuple[str, list[int]] | None = None
+        self._loose: tuple[str, tuple[int, ...]] | None = None
 
     @property
-    def loose(self) -> tuple[str, list[int]]:
+    def loose(self) -> tuple[str, tuple[int, ...]]:
         if self._loose is None:
             self._loose = _normalize(self.text, marks=False)
         return self._loose
@@ -193,7 +195,7 @@ def _locate_one(view: _Views, pointer: str, value: str, used: set[tuple[int, int
     return Span(pointer, value, None, None, "missing")
 
 
-def _fuzzy(text: str, normalized: str, index: list[int], needle: str) -> tuple[int, int] | None:
+def _fuzzy(text: str, normalized: str, index: Sequence[int], needle: str) -> tuple[int, int] | None:
     """The original-text span that best matches ``needle``, if close enough (accents and case ignored)."""
     if len(needle) < FUZZY_MIN_CHARS or len(needle) > len(normalized):
         return None
@@ -285,7 +287,7 @@ def _strip_span(text: str, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
-def _on_char_boundary(index: list[int], position: int) -> bool:
+def _on_char_boundary(index: Sequence[int], position: int) -> bool:
     """Whether ``position`` in the normalized text does not split one original character."""
     inside = 0 < position < len(index)
     return not inside or index[position - 1] != index[position]

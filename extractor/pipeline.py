@@ -517,14 +517,16 @@ def split_for(task: Task, text: str, p: Plan, engine: Engine) -> list[Chunk] | N
     """
     assert p.chunking is not None
     size, overlap = p.chunking.max_chars, p.chunking.overlap
-    whole = engine.count_prompt_tokens(render(task, text))
-    if whole + p.max_tokens <= engine.max_model_len and (size is None or len(text) <= size):
+    # a text over the task's max_chars is split whatever its prompt would count: the whole is not rendered
+    whole = engine.count_prompt_tokens(render(task, text)) if size is None or len(text) <= size else None
+    if whole is not None and whole + p.max_tokens <= engine.max_model_len:
         return None
     base = engine.count_prompt_tokens(render(task, ""))
     room = engine.max_model_len - base - 2 * p.max_tokens - FEEDBACK_RESERVE_TOKENS
     if room <= 0:
         raise TextTooLongError(prompt_tokens=base, max_tokens=p.max_tokens, max_model_len=engine.max_model_len)
     if size is None:
+        assert whole is not None
         chars_per_token = len(text) / max(1, whole - base)
         size = max(MIN_CHUNK_CHARS, int(room * chars_per_token * 0.9))
     while True:

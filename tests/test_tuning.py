@@ -199,3 +199,20 @@ def test_tune_tries_the_other_packaged_models_unless_told(tmp_path: Path) -> Non
         "then the winner on gemma3-270m" in plan
         and f"{(len(tuning.candidates(task, ks=(0,))) + 1) * 10} extractions" in plan
     )
+
+
+async def test_a_field_whose_name_holds_a_slash_gets_its_own_counts(tmp_path: Path) -> None:
+    """Per-field counts come from JSON pointers: "in~1out" is the field "in/out", "a~0b" the field "a~b"."""
+    for sub in ("schemas", "prompts"):
+        (tmp_path / sub).mkdir()
+    names = ("in/out", "a~b")
+    schema = {"type": "object", "properties": {n: {"type": ["string", "null"]} for n in names}, "required": list(names)}
+    (tmp_path / "schemas" / "odd.json").write_text(json.dumps(schema))
+    (tmp_path / "prompts" / "odd.j2").write_text("Find them.\nText: {{ text }}")
+    engine = ScriptedEngine(respond=lambda _: json.dumps({"in/out": "Paris", "a~b": "Rome"}))
+    settings = Settings.from_env({}, home=tmp_path / "home", engine="scripted", tasks_dir=tmp_path)
+    extractor = Extractor(settings=settings, engine=engine, catalog=Catalog.load(tmp_path))
+    task = extractor.task("odd")
+    cases = [fitting.Case(task, "From Paris to Rome", {"in/out": "Paris", "a~b": "Rome"})]
+    row = await tuning.measure(extractor.arun, cases, tuning.Candidate("as it is", {}))
+    assert row.fields == {"in/out": [(1, 0, 0)], "a~b": [(1, 0, 0)]}

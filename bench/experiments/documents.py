@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import platform
 import subprocess
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import RESULTS, publish
+from bench.kleister import stage_table
 from extractor import Extractor, ScriptedEngine, Settings, documents
 from extractor.documents.pdf import render_page
 from extractor.errors import ExtractorError
@@ -172,6 +174,8 @@ def markdown(report: dict[str, Any]) -> str:
             f"| end to end, {name}: {run['docs']} docs | {run['seconds']} s, **{run['docs_per_s']} docs/s**, "
             f"{run['right']} with period + page 2 |"
         )
+    if (RESULTS / "kleister.json").is_file():  # contracts stage by stage (bench.kleister), before and after
+        lines += ["", "## Contracts, stage by stage", *stage_table(json.loads((RESULTS / "kleister.json").read_text()))]
     lines += [
         "",
         "## Bad documents",
@@ -194,7 +198,10 @@ def main() -> int:
     parser.add_argument("--engine", choices=["scripted", "vllm"], default="scripted")
     parser.add_argument("--long", action="store_true", help="with --engine vllm: also the long PDF, chunked")
     parser.add_argument("--out", type=Path, default=RESULTS / "documents.md")
+    parser.add_argument("--render", action="store_true", help="only write the page again from documents.json")
     args = parser.parse_args()
+    if args.render:
+        return publish(markdown(json.loads((RESULTS / "documents.json").read_text())), args.out) or 0
     with printer() as chromium:
         started = time.perf_counter()
         pdf = long_pdf(chromium, args.pages)

@@ -100,6 +100,18 @@ def _fixed_turns(task: Task) -> tuple[Message, ...]:
     return tuple(_turns(task, task.examples))
 
 
+# A text's worked examples and hints, remembered for the latest texts: a passage is rendered again
+# for each attempt, and a long document's chunks once when split (pipeline.split_for), then to be read.
+@functools.lru_cache(maxsize=1024)
+def _pool_turns(task: Task, text: str) -> tuple[Message, ...]:
+    return tuple(_turns(task, examples_for(task, text)))
+
+
+@functools.lru_cache(maxsize=1024)
+def _hints(task: Task, text: str) -> str:
+    return hints_block(task, text)
+
+
 def _turns(task: Task, examples: Sequence[Example]) -> list[Message]:
     messages: list[Message] = []
     for example in examples:
@@ -149,10 +161,10 @@ def render(
     # An adapter learned the task from its pool, on prompts without worked examples.
     adapted = task.adapter is not None and not task.settings.adapter_examples
     if task.uses_pool and not adapted:
-        messages += _turns(task, examples_for(task, text))
+        messages += [m.copy() for m in _pool_turns(task, text)]
     elif not adapted:
         messages += [m.copy() for m in _fixed_turns(task)]
-    hints = hints_block(task, text, without=without)
+    hints = hints_block(task, text, without=without) if without is not None else _hints(task, text)
     if task.instruction_only:
         request = text + hints + feedback_block(feedback, previous)
     else:

@@ -44,6 +44,7 @@ from extractor.jobs.metrics import compare
 from extractor.results import ExtractionResult
 from extractor.review import fitting
 from extractor.review.fitting import Case, Mark
+from extractor.schema import unescape
 from extractor.storage import write_atomic
 
 K_CHOICES = (0, 3, 5)
@@ -279,7 +280,7 @@ async def measure(
             found = counts.values()
             per_case[index] = (sum(c.tp for c in found), sum(c.fp for c in found), sum(c.fn for c in found))
             for path, c in counts.items():
-                top = path.split("/")[1] if path.count("/") else path
+                top = unescape(path.split("/")[1]) if path.count("/") else path  # a pointer: "a~1b" is "a/b"
                 if top in fields:
                     tp, fp, fn = fields[top][index]
                     fields[top][index] = (tp + c.tp, fp + c.fp, fn + c.fn)

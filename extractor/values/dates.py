@@ -19,6 +19,7 @@ reference date, or today's with a note.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 import warnings
 from typing import Any
@@ -94,6 +95,7 @@ def _parsed(text: str, ctx: Context, *, what: str, whole: bool = False) -> dt.da
     return found
 
 
+@functools.lru_cache(maxsize=2048)  # dateparser takes milliseconds; a phrase is read again at each attempt and field
 def _read(text: str, ctx: Context, base: dt.datetime, *, whole: bool = False) -> dt.datetime | None:
     settings: dict[str, Any] = {
         "RELATIVE_BASE": base,
