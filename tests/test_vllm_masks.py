@@ -234,3 +234,22 @@ def test_on_cuda_the_pool_is_on_unless_the_user_said_otherwise(monkeypatch: pyte
     chosen = {vllm_masks.ENV: "0", "VLLM_WORKER_MULTIPROC_METHOD": "fork"}
     cuda_environment(chosen)
     assert chosen == {vllm_masks.ENV: "0", "VLLM_WORKER_MULTIPROC_METHOD": "fork"}
+
+
+def test_on_a_cpu_of_two_cores_the_worker_gets_both_unless_the_user_said_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from extractor.engines import vllm as engine_module
+    from extractor.engines.vllm import cpu_environment
+
+    monkeypatch.setattr(engine_module.os, "cpu_count", lambda: 2)
+    fresh: dict[str, str] = {}
+    cpu_environment(fresh)
+    assert fresh == {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    chosen = {"VLLM_CPU_NUM_OF_RESERVED_CPU": "1"}
+    cpu_environment(chosen)
+    assert chosen == {"VLLM_CPU_NUM_OF_RESERVED_CPU": "1"}
+    monkeypatch.setattr(engine_module.os, "cpu_count", lambda: 16)
+    larger: dict[str, str] = {}
+    cpu_environment(larger)
+    assert larger == {}  # vLLM keeps one core for its scheduler there

@@ -37,6 +37,7 @@ _ids = itertools.count()
 
 MASK_THREADS = "EXTRACTOR_MASK_THREADS"  # the mask pool's threads, read by the hook in vLLM's processes
 CUDA_MASK_THREADS = 16  # measured on an H200 with 16 host cores (bench/results/mask_fill.md)
+SMALL_MACHINE_CORES = 2  # up to this many cores, vLLM's CPU worker is not kept off one of them (cpu_environment)
 CHECKED = "extractor_checked"  # in SamplingParams.extra_args: extractor checked this request's constraint
 UNWRAPPED = "extractor_wrapped"  # on vLLM's grammar check, where the checks hook wrapped it: vLLM's own
 
@@ -67,6 +68,18 @@ def cuda_environment(environ: MutableMapping[str, str]) -> None:
     # constrained output 1.2-1.8x faster on an H200, latency at 1 and 16 clients as before
     # (bench/results/mask_fill.md); EXTRACTOR_MASK_THREADS=0 keeps vLLM's own fill.
     environ.setdefault(MASK_THREADS, str(cuda_mask_threads()))
+
+
+def cpu_environment(environ: MutableMapping[str, str]) -> None:
+    """What the engine sets on a CPU before vLLM starts, where the user has not set it.
+
+    vLLM binds its CPU worker's threads to every core but one, kept for its scheduler. On a machine
+    of two cores that is half of it: there the worker gets both (``VLLM_CPU_NUM_OF_RESERVED_CPU=0``),
+    which read prompts 2.0x as fast on the 2-core AMD EPYC (387-391 against 196 prompt tokens/s,
+    float32, constrained answers; docs/reference/settings.md). Larger machines keep vLLM's reserve.
+    """
+    if (os.cpu_count() or 1) <= SMALL_MACHINE_CORES:
+        environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
 
 
 def cuda_mask_threads() -> int:
@@ -214,7 +227,9 @@ class VLLMEngine(LocalModel):
             os.environ[MASK_THREADS] = str(self._settings.mask_threads)
         if has_cuda():
             cuda_environment(os.environ)
-        elif "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
+        else:
+            cpu_environment(os.environ)
+        if not has_cuda() and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
             size = memory.cpu_kv_cache_size(
                 requested=self._settings.kv_cache_space_gib,
                 available_bytes=memory.free_bytes() // self._share,
