@@ -18,7 +18,6 @@ boundaries, so ``art`` is not found inside ``party``; CJK values match anywhere.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -48,7 +47,6 @@ class Lexicon:
     # the lengths of the values that start with each pair of characters, longest first: a text is
     # scanned once, trying at each place only the lengths of values that start there
     _lengths: dict[str, tuple[int, ...]] | None = field(default=None, repr=False)
-    _pattern: tuple[dict[str, tuple[int, ...]], re.Pattern[str]] | None = field(default=None, repr=False)
 
     @classmethod
     def build(cls, outputs: Iterable[Mapping[str, Any]], *, skip: frozenset[str] = frozenset()) -> Lexicon:
@@ -89,14 +87,9 @@ class Lexicon:
         own = Counter((field_path(p), v) for p, v in string_leaves(without)) if without is not None else Counter()
         hints: list[Hint] = []
         lengths = self.lengths()
-        if not lengths:
-            return hints
         i = 0
-        for place in self._starts().finditer(text):  # the places where some value's first two characters stand
-            if place.start() < i:
-                continue
-            i = place.start()
-            for size in lengths[place.group(1)]:
+        while i < len(text):
+            for size in lengths.get(text[i : i + MIN_CHARS], ()):
                 j = i + size
                 if j > len(text):
                     continue
@@ -105,13 +98,9 @@ class Lexicon:
                     hints.append(Hint(text[i:j], label, i))
                     i = j
                     break
+            else:
+                i += 1
         return hints
-
-    def _starts(self) -> re.Pattern[str]:
-        if self._pattern is None or self._pattern[0] is not self.lengths():
-            starts = sorted(self.lengths())
-            self._pattern = (self.lengths(), re.compile("(?=(" + "|".join(map(re.escape, starts)) + "))"))
-        return self._pattern[1]
 
     def _label(self, value: str, own: Counter[tuple[str, str]]) -> str | None:
         counts = self.fields.get(value)
