@@ -96,10 +96,12 @@ def test_the_indexed_scan_finds_what_trying_every_length_at_every_place_finds() 
     without = {"party": ["Acme Inc"]}
     own = Counter((f"/{k}", v) for k, vs in without.items() for v in vs)
 
+    longest = max(map(len, lexicon.fields))
+
     def every_length(text: str) -> list[Hint]:
         hints, i = [], 0
         while i < len(text):
-            for j in range(min(len(text), i + lexicon.longest), i + MIN_CHARS - 1, -1):
+            for j in range(min(len(text), i + longest), i + MIN_CHARS - 1, -1):
                 label = lexicon._label(text[i:j], own)
                 if label is not None and _bounded(text, i, j):
                     hints.append(Hint(text[i:j], label, i))

@@ -125,13 +125,12 @@ def _by_document(args: argparse.Namespace, extractor: Extractor, task: Task) -> 
     from pathlib import Path
 
     from extractor.catalog import tuned
+    from extractor.documents import Limits
     from extractor.examples.importing import read_documents
     from extractor.jobs import tuning
     from extractor.review import fitting
 
     options = tuning.reading_candidates(task, tuned.reading_of(extractor.settings.tasks_dir, task.name))
-    from extractor.documents import Limits
-
     limits = Limits.from_settings(extractor.settings, ocr_languages=task.settings.ocr_languages)
     try:
         documents, unread = read_documents(Path(args.documents), task, limits=limits)

@@ -229,15 +229,15 @@ class VLLMEngine(LocalModel):
             cuda_environment(os.environ)
         else:
             cpu_environment(os.environ)
-        if not has_cuda() and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
-            size = memory.cpu_kv_cache_size(
-                requested=self._settings.kv_cache_space_gib,
-                available_bytes=memory.free_bytes() // self._share,
-                model_bytes=memory.folder_bytes(self._model_dir),
-            )
-            if size.note is not None:
-                log.warning("%s", size.note)
-            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(size.gib)
+            if "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
+                size = memory.cpu_kv_cache_size(
+                    requested=self._settings.kv_cache_space_gib,
+                    available_bytes=memory.free_bytes() // self._share,
+                    model_bytes=memory.folder_bytes(self._model_dir),
+                )
+                if size.note is not None:
+                    log.warning("%s", size.note)
+                os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(size.gib)
         if self._settings.speculative_tokens and not has_cuda():
             log.warning(
                 "EXTRACTOR_SPECULATIVE_TOKENS on vLLM's CPU backend: sampled (temperature > 0) constrained "

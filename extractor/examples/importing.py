@@ -212,9 +212,10 @@ def _document(
     if not isinstance(value.get("file"), str) or not isinstance(value.get("expected", value.get("output")), dict):
         raise ValueError("a document line needs 'file' (a path) and 'expected' or 'output'")
     output = value["output"] if "output" in value else shape(value["expected"], task.schema)
-    if not (base / value["file"]).is_file():
+    file = base / value["file"]
+    if not file.is_file():
         raise ValueError(f"{value['file']}: no such file (a path relative to the gold file)")
-    return documents.read(base / value["file"], limits=limits), output
+    return documents.read(file, limits=limits), output
 
 
 def write_pool(path: Path, lines: list[dict[str, Any]]) -> None:

@@ -43,7 +43,6 @@ class Lexicon:
     """Labelled value -> how often each field got it, over a pool."""
 
     fields: dict[str, Counter[str]] = field(default_factory=dict)
-    longest: int = 0
     # the lengths of the values that start with each pair of characters, longest first: a text is
     # scanned once, trying at each place only the lengths of values that start there
     _lengths: dict[str, tuple[int, ...]] | None = field(default=None, repr=False)
@@ -70,7 +69,6 @@ class Lexicon:
         counts[path] += count
         if counts[path] <= 0:
             del counts[path]
-        self.longest = max(self.longest, len(value))
         self._lengths = None
 
     def lengths(self) -> dict[str, tuple[int, ...]]:
