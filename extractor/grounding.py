@@ -195,6 +195,57 @@ def _locate_one(view: _Views, pointer: str, value: str, used: set[tuple[int, int
     return Span(pointer, value, None, None, "missing")
 
 
+def occurrences(text: str, value: str) -> list[tuple[int, int]]:
+    """Every place ``value`` is written in ``text`` once case, accents, whitespace and punctuation are ignored.
+
+    Whole words only, in reading order: ``NeoGenomics Laboratories Inc.`` is found in "NeoGenomics
+    Laboratories, Inc." and in "NEOGENOMICS LABORATORIES INC". A span ends with the value's
+    closing punctuation where the text has it there too.
+    """
+    needle = _loose(value)[0].strip()
+    if not needle:
+        return []
+    haystack, index = _loose(text)
+    found: list[tuple[int, int]] = []
+    for s in _occurrences(haystack, needle):
+        end = s + len(needle)
+        if not (_loose_boundary(haystack, s) and _loose_boundary(haystack, end)):
+            continue
+        start, stop = index[s], index[end - 1] + 1
+        tail = value.rstrip()[-1:]
+        if tail and not tail.isalnum() and text[stop : stop + 1] == tail:
+            stop += 1
+        found.append((start, stop))
+    return found
+
+
+def _loose_boundary(haystack: str, position: int) -> bool:
+    """Whether a match may start or end at ``position`` without cutting a word of a spaced script."""
+    if position <= 0 or position >= len(haystack):
+        return True
+    before, after = haystack[position - 1], haystack[position]
+    return " " in (before, after) or is_unspaced(before) or is_unspaced(after)
+
+
+@functools.lru_cache(maxsize=8)  # a document's labels are placed one after another in the same text
+def _loose(text: str) -> tuple[str, tuple[int, ...]]:
+    """``text`` lower-cased without accents, each run of other than letters and digits one space; each char's index."""
+    out: list[str] = []
+    index: list[int] = []
+    for i, char in enumerate(text):
+        pieces = [p for p in unicodedata.normalize("NFD", char) if not unicodedata.combining(p)]
+        if not any(p.isalnum() for p in pieces):
+            if out and out[-1] != " ":
+                out.append(" ")
+                index.append(i)
+            continue
+        for piece in pieces:
+            lowered = piece.lower()
+            out.append(lowered if len(lowered) == 1 else piece)
+            index.append(i)
+    return "".join(out), tuple(index)
+
+
 def _fuzzy(text: str, normalized: str, index: Sequence[int], needle: str) -> tuple[int, int] | None:
     """The original-text span that best matches ``needle``, if close enough (accents and case ignored)."""
     if len(needle) < FUZZY_MIN_CHARS or len(needle) > len(normalized):

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -118,7 +119,9 @@ def field_task(task: Task, name: str) -> Task:
     own = field_options(task.schema["properties"][name], task.reading.get(name, {}))
     if task.settings.date_order is not None:  # the analyst's order for the whole task wins over a learned one
         own = {k: v for k, v in own.items() if k != "date_order"}
-    node = _with_date_order(_expected(task.schema["properties"][name], own), own)
+    asked = _expected(task.schema["properties"][name], own)
+    expect = asked is not task.schema["properties"][name]
+    node = _shaped(_with_date_order(asked, own), own)
     source: dict[str, Any] = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "type": "object",
@@ -131,7 +134,6 @@ def field_task(task: Task, name: str) -> Task:
             source[key] = task.schema[key]
     settings = task.source_schema.get(SETTINGS_KEY) or {}
     kept = {k: v for k, v in settings.items() if k in _KEPT}
-    expect = node is not task.schema["properties"][name]
     examples = [
         {"text": e.text, "output": {name: e.output.get(name)}}
         for e in task.examples
@@ -190,6 +192,29 @@ def _with_date_order(node: Any, own: Mapping[str, Any]) -> Any:
         **node,
         SETTINGS_KEY: {**(written if isinstance(written, Mapping) else {}), "date_order": own["date_order"]},
     }
+
+
+def _shaped(node: Any, own: Mapping[str, Any]) -> Any:
+    """A field of words whose options hold a learned ``shape`` bounded by it, where the schema leaves it open.
+
+    Its string (a list's items) gets the ``maxLength`` and a ``not`` pattern refusing the
+    ``not_words`` as whole words, in lower, capitalised or upper case.
+    """
+    shape = own.get("shape")
+    if not isinstance(node, Mapping) or not isinstance(shape, Mapping):
+        return node
+    listed = isinstance(node.get("items"), Mapping)
+    target: Mapping[str, Any] = node["items"] if listed else node
+    added: dict[str, Any] = {}
+    if isinstance(shape.get("maxLength"), int) and "maxLength" not in target:
+        added["maxLength"] = shape["maxLength"]
+    words = [str(w) for w in shape.get("not_words") or []]
+    if words and "not" not in target:
+        cased = [v for w in words for v in dict.fromkeys((w.lower(), w.capitalize(), w.upper()))]
+        added["not"] = {"pattern": "\\b(?:" + "|".join(re.escape(w) for w in cased) + ")\\b"}
+    if not added:
+        return node
+    return {**node, "items": {**target, **added}} if listed else {**node, **added}
 
 
 def _field_pool(task: Task, name: str, *, stated_only: bool = False) -> ExamplePool | None:
@@ -280,10 +305,16 @@ async def read_by_field(
     with stage("merging"):
         for query in queries:
             value, kept = _merge(query, answers.get(query.name, []))
-            data[query.name] = value
+            data[query.name] = [] if value is None and _is_list(task.schema["properties"][query.name]) else value
             spans += kept
             confidences.update({s.path: s.confidence for s in kept if s.confidence is not None})
     return data, spans, attempts, notes, confidences
+
+
+def _is_list(node: Any) -> bool:
+    """A field of a list (no passage answering it: none found, not a null the schema refuses)."""
+    types = node.get("type") if isinstance(node, Mapping) else None
+    return types == "array" or (isinstance(types, list) and "array" in types and "null" not in types)
 
 
 def _merge(query: FieldQuery, answers: list[FieldAnswer]) -> tuple[Any, list[Span]]:

@@ -173,3 +173,22 @@ async def test_a_value_the_whole_schema_refuses_is_left_out_not_the_document(tmp
     party = next(s for s in result.spans if s.path == "/party/0")
     assert TEXT[party.start : party.end] == "Acme Widgets, Inc."
     assert not any(s.path == "/party/1" for s in result.spans)
+
+
+async def test_a_list_no_passage_answers_is_empty_not_a_failed_document(tmp_path: Path) -> None:
+    (tmp_path / "schemas").mkdir()
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "schemas" / "nda.json").write_text(json.dumps(SCHEMA))
+    (tmp_path / "prompts" / "nda.j2").write_text("Answer with the fields of the contract.")
+
+    def never_the_parties(request: GenerationRequest) -> str:
+        if "party" in json.dumps(request.json_schema or {}) + (request.grammar or ""):
+            return "not json at all {"  # every attempt at every passage of the parties fails
+        return respond(request)
+
+    settings = Settings.from_env({}, home=tmp_path / "home", engine="scripted")
+    engine = ScriptedEngine(respond=never_the_parties)
+    extractor = Extractor(settings=settings, engine=engine, catalog=Catalog.load(tmp_path))
+    result = await extractor.aextract("nda", TEXT)
+    assert result.data["party"] == [] and result.data["jurisdiction"] == "New York"
+    assert any(n.startswith("/party: no valid answer from passage 0") for n in result.notes)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +12,7 @@ import pytest
 from jsonschema.validators import Draft202012Validator
 
 from extractor import Catalog
-from extractor.examples import reading
+from extractor.examples import placing, reading
 from extractor.examples.importing import import_gold, write_pool
 from extractor.examples.pool import Example, Label, Source, check_line
 from extractor.passages import field_queries, field_task
@@ -78,6 +80,23 @@ def test_a_passage_keeps_its_document_its_offsets_and_the_documents_labels(impor
     assert example.source is not None and example.source.document == "c0"
 
 
+def test_a_listed_label_is_placed_in_every_passage_that_names_it_in_its_own_words(tmp_path: Path) -> None:
+    """A party named in the opening paragraph with a comma the label lacks, and again above a signature."""
+    (tmp_path / "schemas").mkdir()
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "schemas" / "nda.json").write_text(json.dumps(SCHEMA))
+    (tmp_path / "prompts" / "nda.j2").write_text("Answer with the fields of the contract.")
+    task = Catalog.load(tmp_path).get("nda")
+    text = "Made by and between Acme Widgets, Inc. and Beta Labs LLC. " + FILLER * 20 + "ACME WIDGETS INC By: ____"
+    lines, placed = placing.passages(task, text, {"party": ["Acme Widgets Inc.", "Beta Labs LLC"]}, document="d")
+    assert lines[0]["output"]["party"] == ["Acme Widgets, Inc.", "Beta Labs LLC"]  # not only the exact one
+    last = next(line for line in lines if line["text"].endswith("By: ____"))
+    assert last["output"]["party"] == ["ACME WIDGETS INC"]
+    first = [x["start"] for x in lines[0]["source"]["labels"]]
+    assert len(first) == 3 and min(first) == text.index("Acme")  # the labels' every place, for what is learned
+    assert len(placed.spans) == 2 and not placed.missing
+
+
 @pytest.mark.parametrize(
     ("source", "says"),
     [
@@ -110,6 +129,29 @@ def test_reading_is_learned_per_field_from_where_the_labels_sit(imported: Path) 
     queries = {q.name: q for q in field_queries(task)}
     assert queries["party"].where == ("start",) and queries["party"].k == 1
     assert field_task(task, "party").engine_schema["properties"]["party"]["minItems"] == 1  # expected
+
+
+def test_the_shape_of_a_fields_words_is_learned_and_bounds_its_answers(imported: Path) -> None:
+    names = ["Acme Widgets, Inc.", "Beta Labs LLC", "Gamma Tools Corp.", "Delta Foods Inc."]
+    passages = [
+        Example(f"THIS AGREEMENT is made by and between {a} and {b}. " + FILLER, {"party": [a, b], "term": None})
+        for a in names
+        for b in names * 3
+        if a != b
+    ]
+    found = reading.shape(passages, "party")
+    assert found is not None and found["maxLength"] == 27  # half again the longest label, 18
+    words = list(found["not_words"])  # type: ignore[call-overload]
+    assert {"agreement", "made", "between", "recipient"} <= set(words) and "inc" not in words and "and" in words
+    assert reading.shape(passages[:9], "party") is None  # 18 labels: too few to say
+    assert reading.shape(passages, "term") is None
+    task = Catalog.load(imported).get("nda")
+    learned = {**task.reading, "party": {**task.reading["party"], "shape": found}}
+    node = field_task(replace(task, reading=learned), "party").source_schema["properties"]["party"]["items"]
+    assert node["maxLength"] == 27 and re.search(node["not"]["pattern"], "THIS AGREEMENT")
+    assert not re.search(node["not"]["pattern"], "Acme Widgets, Inc.")
+    assert reading.variant("ranked", learned["party"])["shape"] == found  # kept by the variants tune measures
+    assert "shape" not in reading.variant("plain", learned["party"])
 
 
 def test_what_the_analyst_wrote_wins(imported: Path) -> None:
@@ -162,7 +204,7 @@ async def test_tune_by_document_chooses_each_fields_reading_beyond_noise(importe
     documents, unread = read_documents(tmp_path / "gold.jsonl", task)
     assert unread == []
     assert [d.id for d in documents] == [f"c{n}" for n in range(5)]
-    assert documents[0].expected["party"] == ["Acme Widgets, Inc", "Beta Labs LLC"]  # as the document words it
+    assert documents[0].expected["party"] == ["Acme Widgets, Inc.", "Beta Labs LLC"]  # as the document words it
     cases = fitting.document_cases(task, documents, count=5, folds=5)
     for case in cases:  # no document is read with what its own labels taught
         held = next(d.id for d in documents if d.text == case.text)
@@ -188,6 +230,17 @@ async def test_tune_by_document_chooses_each_fields_reading_beyond_noise(importe
     again = Catalog.load(imported).get("nda")  # the catalog reads each field's reading from the tuned file
     assert again.reading["jurisdiction"].get("from") != ["start", "end"]
     assert json.loads(tuned_path(imported, "nda").read_text())["by"] == "document"
+
+
+def test_tune_by_document_reads_a_request_its_readings_share_once(
+    imported: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from extractor.cli import main
+
+    command = ["tune", "nda", "--documents", str(tmp_path / "gold.jsonl"), "--tasks-dir", str(imported)]
+    assert main([*command, "--engine", "scripted", "--folds", "5", "--docs", "5", "--dry-run"]) == 0
+    said = re.search(r"(\d+) of (\d+) requests were one already read", capsys.readouterr().err)
+    assert said is not None and 0 < int(said.group(1)) < int(said.group(2))  # e.g. the law's, as learned and ranked
 
 
 def test_tune_by_document_names_what_to_fix(imported: Path, tmp_path: Path) -> None:

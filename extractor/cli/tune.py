@@ -124,12 +124,17 @@ def _by_document(args: argparse.Namespace, extractor: Extractor, task: Task) -> 
     """``tune --documents FILE``: each field's reading measured on whole labelled documents, chosen per field."""
     from pathlib import Path
 
+    from extractor.api import Extractor
     from extractor.catalog import tuned
     from extractor.documents import Limits
+    from extractor.engines.memo import MemoEngine
     from extractor.examples.importing import read_documents
     from extractor.jobs import tuning
     from extractor.review import fitting
 
+    # the readings share many requests (a field a variant leaves as it was, a first passage): each read once
+    memo = MemoEngine(extractor.engine)
+    extractor = Extractor(settings=extractor.settings, engine=memo, catalog=extractor.catalog, tasks=[task.name])
     options = tuning.reading_candidates(task, tuned.reading_of(extractor.settings.tasks_dir, task.name))
     limits = Limits.from_settings(extractor.settings, ocr_languages=task.settings.ocr_languages)
     try:
@@ -147,6 +152,10 @@ def _by_document(args: argparse.Namespace, extractor: Extractor, task: Task) -> 
     )
 
     rows = _measure(args, extractor, cases, options, args.budget, _shown)
+    print(
+        f"{memo.recalled} of {memo.asked} requests were one already read: answered once, read once",
+        file=sys.stderr,
+    )
     chosen, fields = tuning.by_field(rows)
     print(tuning.table(rows, chosen))
     print()

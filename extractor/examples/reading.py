@@ -14,7 +14,11 @@ in the document):
 * **expect**: a field the labels state in nearly every document is asked without null;
 * **the date order**: a date field whose labels are written in digits (``05/06/2014``) is read
   day-first or month-first as those labels are;
-* **how many passages**: one where the place is sure, else the default.
+* **how many passages**: one where the place is sure, else the default;
+* **the shape of a value** (a field of words, not a typed value): how long its labels run, and the
+  words common in the passages that state it which its labels never hold ("Agreement", "Party",
+  "between" for a contract's parties): an answer longer by half than the longest label, or holding
+  one of those words, is refused as the schema's ``maxLength`` and ``not`` would refuse it.
 
 A field's learned options fill only what the analyst left unwritten (:func:`learn` gives them;
 :mod:`extractor.passages` reads them under the analyst's), and a task whose pool came from
@@ -30,7 +34,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from extractor.examples.pool import Example, Source
 
@@ -38,6 +42,9 @@ PASSAGE_CHARS = 1600  # a document's passage when read by field: what the sure p
 SURE = 0.8  # the share of documents whose labels sit in a place for the field to be read there alone
 STATED = 0.9  # the share of documents stating a field for it to be asked without null
 QUERY_WORDS = 8
+SHAPED = 20  # a field's labels for the shape of its values to be learned
+NOT_WORDS = 24  # the most words an answer may be refused for
+COMMON = 1 / 3  # the share of a field's passages a word is in for it to be one of those
 WINDOW_CHARS = 80  # the words before a label that may announce it
 _WORD = re.compile(r"[^\W\d_]{3,}", re.UNICODE)
 _STOP = frozenset(
@@ -89,11 +96,16 @@ _STOP = frozenset(
 
 
 def learn(
-    examples: Sequence[Example], fields: Sequence[str], descriptions: Mapping[str, str]
+    examples: Sequence[Example],
+    fields: Sequence[str],
+    descriptions: Mapping[str, str],
+    *,
+    worded: Collection[str] = (),
 ) -> dict[str, dict[str, object]] | None:
     """Per-field ``x-extractor`` reading options from the pool lines that came from labelled documents.
 
-    None when no line did.
+    ``worded``: the fields whose values are the text's words (not typed values): their shape is
+    learned too. None when no line came from a document.
     """
     documents = sources(examples)
     if not documents:
@@ -119,8 +131,34 @@ def learn(
         order = date_order(passages, name)
         if order is not None:
             options["date_order"] = order
+        found = shape(passages, name) if name in worded else None
+        if found is not None:
+            options["shape"] = found
         learned[name] = options
     return learned
+
+
+def _stated(value: object) -> list[str]:
+    return [v for v in (value if isinstance(value, list) else [value]) if isinstance(v, str) and v]
+
+
+def shape(passages: Sequence[Example], name: str) -> dict[str, object] | None:
+    """``maxLength`` and ``not_words`` of a field of words, from its labels as the passages word them.
+
+    None with fewer than :data:`SHAPED` labels. ``not_words``: the words (case aside) in at least
+    :data:`COMMON` of the passages stating the field and in none of its labels, the most common first.
+    """
+    labels = [v for e in passages for v in _stated(e.output.get(name))]
+    if len(labels) < SHAPED:
+        return None
+    held = [e.text for e in passages if _stated(e.output.get(name))]
+    inside = {w.lower() for v in labels for w in _WORD.findall(v)}
+    common = Counter(w for text in held for w in {x.lower() for x in _WORD.findall(text)})
+    never = [w for w, n in common.most_common() if n >= COMMON * len(held) and w not in inside][:NOT_WORDS]
+    found: dict[str, object] = {"maxLength": math.ceil(1.5 * max(len(v) for v in labels))}
+    if never:
+        found["not_words"] = never
+    return found
 
 
 _NUMERIC_DATE = re.compile(r"\b(\d{1,2})[./-](\d{1,2})[./-](\d{2}|\d{4})\b")
@@ -168,7 +206,19 @@ def of_schema(examples: Sequence[Example], schema: Mapping[str, object]) -> dict
     properties = schema.get("properties")
     nodes = properties if isinstance(properties, Mapping) else {}
     descriptions = {str(k): str(v.get("description") or "") for k, v in nodes.items() if isinstance(v, Mapping)}
-    return learn(examples, list(descriptions), descriptions)
+    worded = [str(k) for k, v in nodes.items() if _is_worded(v)]
+    return learn(examples, list(descriptions), descriptions, worded=worded)
+
+
+def _is_worded(node: object) -> bool:
+    """A string field without a format (or a list of them): its values are the text's own words."""
+    if not isinstance(node, Mapping):
+        return False
+    types = node.get("type")
+    named = [types] if isinstance(types, str) else list(types) if isinstance(types, list) else []
+    if "array" in named:
+        return _is_worded(node.get("items"))
+    return "string" in named and "format" not in node and "enum" not in node and "const" not in node
 
 
 # How a field may be read, each a rule over its learned options (:func:`variant`): what tune measures per field.
@@ -183,7 +233,7 @@ def variant(name: str, learned: Mapping[str, object]) -> dict[str, object]:
     passages / its first and last; ``unexpected``: as learned, but null allowed; ``plain``: no
     learned option (the field's own words, the default passages).
     """
-    kept = {k: learned[k] for k in ("expect", "date_order") if k in learned}  # by every variant but plain
+    kept = {k: learned[k] for k in ("expect", "date_order", "shape") if k in learned}  # by every variant but plain
     if name == "learned":
         return dict(learned)
     if name == "ranked":
