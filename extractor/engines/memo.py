@@ -59,5 +59,7 @@ class MemoEngine:
         return self.engine.count_prompt_tokens(messages)
 
     async def close(self) -> None:
+        for answer in self._answers.values():
+            answer.cancel()  # a request whose every caller was stopped (tune's budget spent) is not read on
         self._answers.clear()
         await self.engine.close()

@@ -248,7 +248,8 @@ async def measure(
 ) -> Row:
     """Every case extracted as ``candidate`` serves it, scored against its labels.
 
-    ``deadline`` (``time.perf_counter()``): no case starts after it; the row then says how many ran.
+    ``deadline`` (``time.perf_counter()``): no case starts after it, and the cases still running at
+    it are stopped; the row then says how many were measured (a run cut short is never chosen).
     """
     gate = asyncio.Semaphore(concurrency)
     tally = Tally()
@@ -262,7 +263,6 @@ async def measure(
         async with gate:
             if deadline is not None and time.perf_counter() > deadline:
                 return
-            ran += 1
             task = candidate.apply(case.task)
             result: ExtractionResult | None = None
             attempts: list[Any] = []
@@ -276,6 +276,7 @@ async def measure(
             except ExtractorError:
                 pass
             counts = compare(case.expected, result.data if result is not None else None, typed=task.values)
+            ran += 1
             tally.add(result, attempts, counts)
             found = counts.values()
             per_case[index] = (sum(c.tp for c in found), sum(c.fp for c in found), sum(c.fn for c in found))
@@ -290,7 +291,14 @@ async def measure(
             progress(1)
 
     started = time.perf_counter()
-    await asyncio.gather(*(one(i, c) for i, c in enumerate(cases)))
+    jobs = [asyncio.ensure_future(one(i, c)) for i, c in enumerate(cases)]
+    left = None if deadline is None else max(0.0, deadline - started)
+    done, running = await asyncio.wait(jobs, timeout=left) if jobs else (set(), set())
+    for job in running:  # the budget is spent: a case still being read is not waited for
+        job.cancel()
+    await asyncio.gather(*running, return_exceptions=True)
+    for job in done:
+        job.result()  # an engine failure stops tune
     elapsed = time.perf_counter() - started
     metrics = {**tally.metrics(elapsed), "elapsed_s": round(elapsed, 1)}
     return Row(candidate, metrics, marks, per_case, fields, stopped=ran if ran < len(cases) else None)
