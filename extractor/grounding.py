@@ -112,11 +112,27 @@ def _normalize(text: str, *, marks: bool = True) -> tuple[str, tuple[int, ...]]:
 
     ``marks=False`` also drops combining marks (accents), for the fuzzy comparison.
     """
+    return _fold(text, marks=marks)
+
+
+@functools.lru_cache(maxsize=8)  # a document's labels are placed one after another in the same text
+def _loose(text: str) -> tuple[str, tuple[int, ...]]:
+    """``text`` lower-cased without accents, each run of other than letters and digits one space; each char's index."""
+    return _fold(text, marks=False, words=True)
+
+
+def _fold(text: str, *, marks: bool, words: bool = False) -> tuple[str, tuple[int, ...]]:
+    """:func:`_normalize`'s and :func:`_loose`'s view: ``words`` makes every non-letter, non-digit a separator."""
     out: list[str] = []
     index: list[int] = []
     previous_space = False
     for i, char in enumerate(text):
-        if char.isspace():
+        pieces: list[str] = []
+        separator = char.isspace()
+        if not separator:
+            pieces = [p for p in unicodedata.normalize("NFD", char) if marks or not unicodedata.combining(p)]
+            separator = words and not any(p.isalnum() for p in pieces)
+        if separator:
             if previous_space:
                 continue
             previous_space = True
@@ -124,9 +140,7 @@ def _normalize(text: str, *, marks: bool = True) -> tuple[str, tuple[int, ...]]:
             index.append(i)
             continue
         previous_space = False
-        for piece in unicodedata.normalize("NFD", char):
-            if not marks and unicodedata.combining(piece):
-                continue
+        for piece in pieces:
             lowered = piece.lower()
             out.append(lowered if len(lowered) == 1 else piece)
             index.append(i)
@@ -206,13 +220,13 @@ def occurrences(text: str, value: str) -> list[tuple[int, int]]:
     if not needle:
         return []
     haystack, index = _loose(text)
+    tail = value.rstrip()[-1:]
     found: list[tuple[int, int]] = []
     for s in _occurrences(haystack, needle):
         end = s + len(needle)
         if not (_loose_boundary(haystack, s) and _loose_boundary(haystack, end)):
             continue
         start, stop = index[s], index[end - 1] + 1
-        tail = value.rstrip()[-1:]
         if tail and not tail.isalnum() and text[stop : stop + 1] == tail:
             stop += 1
         found.append((start, stop))
@@ -225,25 +239,6 @@ def _loose_boundary(haystack: str, position: int) -> bool:
         return True
     before, after = haystack[position - 1], haystack[position]
     return " " in (before, after) or is_unspaced(before) or is_unspaced(after)
-
-
-@functools.lru_cache(maxsize=8)  # a document's labels are placed one after another in the same text
-def _loose(text: str) -> tuple[str, tuple[int, ...]]:
-    """``text`` lower-cased without accents, each run of other than letters and digits one space; each char's index."""
-    out: list[str] = []
-    index: list[int] = []
-    for i, char in enumerate(text):
-        pieces = [p for p in unicodedata.normalize("NFD", char) if not unicodedata.combining(p)]
-        if not any(p.isalnum() for p in pieces):
-            if out and out[-1] != " ":
-                out.append(" ")
-                index.append(i)
-            continue
-        for piece in pieces:
-            lowered = piece.lower()
-            out.append(lowered if len(lowered) == 1 else piece)
-            index.append(i)
-    return "".join(out), tuple(index)
 
 
 def _fuzzy(text: str, normalized: str, index: Sequence[int], needle: str) -> tuple[int, int] | None:

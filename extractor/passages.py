@@ -38,6 +38,7 @@ from extractor.examples.lexicon import Lexicon
 from extractor.examples.pool import Example, ExamplePool
 from extractor.examples.selection import Selector
 from extractor.grounding import UNGROUNDED, Span
+from extractor.schema import types_of
 from extractor.stages import stage
 
 DEFAULT_PASSAGES = 2
@@ -313,8 +314,8 @@ async def read_by_field(
 
 def _is_list(node: Any) -> bool:
     """A field of a list (no passage answering it: none found, not a null the schema refuses)."""
-    types = node.get("type") if isinstance(node, Mapping) else None
-    return types == "array" or (isinstance(types, list) and "array" in types and "null" not in types)
+    kinds = types_of(node) if isinstance(node, Mapping) else set()
+    return "array" in kinds and "null" not in kinds
 
 
 def _merge(query: FieldQuery, answers: list[FieldAnswer]) -> tuple[Any, list[Span]]:

@@ -37,6 +37,7 @@ from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 
 from extractor.examples.pool import Example, Source
+from extractor.schema import types_of
 
 PASSAGE_CHARS = 1600  # a document's passage when read by field: what the sure places are measured in
 SURE = 0.8  # the share of documents whose labels sit in a place for the field to be read there alone
@@ -214,8 +215,7 @@ def _is_worded(node: object) -> bool:
     """A string field without a format (or a list of them): its values are the text's own words."""
     if not isinstance(node, Mapping):
         return False
-    types = node.get("type")
-    named = [types] if isinstance(types, str) else list(types) if isinstance(types, list) else []
+    named = types_of(node)
     if "array" in named:
         return _is_worded(node.get("items"))
     return "string" in named and "format" not in node and "enum" not in node and "const" not in node
