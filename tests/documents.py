@@ -27,6 +27,7 @@ STYLE = (
 )
 LANDMARK_TEXT = "阿尔罕布拉宫是西班牙摩尔人统治时期的宫殿建筑。"
 PERIOD = "摩尔人统治时期"
+COUNTRY = "西班牙"
 
 
 @dataclass(frozen=True)
@@ -88,8 +89,9 @@ def printer() -> Iterator[Printer]:
 
 
 def landmark_pages() -> list[str]:
-    """Two pages: English filler on page 1, the seed's sentence on page 2 with the period marked."""
+    """Two pages: English filler on page 1, the seed's sentence on page 2 with its country and period marked."""
     before, after = LANDMARK_TEXT.split(PERIOD)
+    before = before.replace(COUNTRY, f'<span data-mark="country">{COUNTRY}</span>')
     return [
         "<p>The first page is about something else entirely: a report on the weather in Granada.</p>",
         f'<p>{before}<span data-mark="period">{PERIOD}</span>{after}</p>',
