@@ -198,7 +198,7 @@ def _with_date_order(node: Any, own: Mapping[str, Any]) -> Any:
 def _shaped(node: Any, own: Mapping[str, Any]) -> Any:
     """A field of words whose options hold a learned ``shape`` bounded by it, where the schema leaves it open.
 
-    Its string (a list's items) gets the ``maxLength`` and a ``not`` pattern refusing the
+    Its string (a list's items) gets the ``minLength``, ``maxLength`` and a ``not`` pattern refusing the
     ``not_words`` as whole words, in lower, capitalised or upper case.
     """
     shape = own.get("shape")
@@ -207,8 +207,9 @@ def _shaped(node: Any, own: Mapping[str, Any]) -> Any:
     listed = isinstance(node.get("items"), Mapping)
     target: Mapping[str, Any] = node["items"] if listed else node
     added: dict[str, Any] = {}
-    if isinstance(shape.get("maxLength"), int) and "maxLength" not in target:
-        added["maxLength"] = shape["maxLength"]
+    for bound in ("minLength", "maxLength"):
+        if isinstance(shape.get(bound), int) and bound not in target:
+            added[bound] = shape[bound]
     words = [str(w) for w in shape.get("not_words") or []]
     if words and "not" not in target:
         cased = [v for w in words for v in dict.fromkeys((w.lower(), w.capitalize(), w.upper()))]
@@ -225,7 +226,7 @@ def _field_pool(task: Task, name: str, *, stated_only: bool = False) -> ExampleP
     # The lines stating this field, and those stating nothing asked (they teach null); a passage
     # labelled only for another field would teach the model to miss this one.
     examples = tuple(
-        Example(e.text, {name: e.output.get(name)}, e.id)
+        Example(e.text, {name: e.output.get(name)}, e.id, e.source)
         for e in task.pool.examples
         if e.output.get(name) not in (None, []) or (not stated_only and all(v in (None, []) for v in e.output.values()))
     )

@@ -38,9 +38,9 @@ def test_spaced_words_match_whole_and_short_values_are_not_kept() -> None:
 def test_a_line_left_out_of_its_own_hints() -> None:
     lexicon = Lexicon.build(POOL)
     # The first line alone labelled 王立新: without it, nothing is known of that name.
-    assert [h.value for h in lexicon.find("王立新在招商银行", without=POOL[0])] == ["招商银行"]
+    assert [h.value for h in lexicon.find("王立新在招商银行", without=[POOL[0]])] == ["招商银行"]
     # 招商银行: company twice, organization once; without one company line it is a tie, first labelled wins.
-    assert lexicon.find("招商银行", without=POOL[0])[0].field == "/company"
+    assert lexicon.find("招商银行", without=[POOL[0]])[0].field == "/company"
 
 
 def _catalog(tmp_path: Path, hints: bool) -> Catalog:
@@ -113,4 +113,21 @@ def test_the_indexed_scan_finds_what_trying_every_length_at_every_place_finds() 
 
     for _ in range(200):
         text = "".join(rng.choice([*words, " ", ", ", "x", "招", "银行"]) for _ in range(rng.randint(0, 30)))
-        assert lexicon.find(text, without=without) == every_length(text)
+        assert lexicon.find(text, without=[without]) == every_length(text)
+
+
+def test_a_passage_shown_as_an_example_gets_no_hint_from_its_own_documents_other_passages() -> None:
+    """Two passages of one contract both name Sybase: leaving out the shown line alone would still hint it."""
+    from extractor.examples.pool import Example, ExamplePool, Source
+    from extractor.examples.selection import Selector
+
+    lines = [
+        Example("Sybase, Inc. and SAP AG agree.", {"party": ["Sybase, Inc.", "SAP AG"]}, 1, Source("d1", 0, 30, 90)),
+        Example("Sybase, Inc. shall pay.", {"party": ["Sybase, Inc."]}, 2, Source("d1", 60, 83, 90)),
+        Example("SAP AG and Acme LLC agree.", {"party": ["SAP AG", "Acme LLC"]}, 3, Source("d2", 0, 26, 26)),
+    ]
+    pool = ExamplePool(Path("pool.jsonl"), tuple(lines), Selector([e.text for e in lines]))
+    lexicon = Lexicon.build(e.output for e in lines)
+    assert [h.value for h in lexicon.find(lines[0].text, without=[lines[0].output])] == ["Sybase, Inc.", "SAP AG"]
+    assert pool.outputs_of("d1") == (lines[0].output, lines[1].output) and pool.outputs_of("d3") == ()
+    assert [h.value for h in lexicon.find(lines[0].text, without=pool.outputs_of("d1"))] == ["SAP AG"]

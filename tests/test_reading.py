@@ -12,6 +12,7 @@ import pytest
 from jsonschema.validators import Draft202012Validator
 
 from extractor import Catalog
+from extractor.constraints import grounded_decoding
 from extractor.examples import placing, reading
 from extractor.examples.importing import import_gold, write_pool
 from extractor.examples.pool import Example, Label, Source, check_line
@@ -141,15 +142,21 @@ def test_the_shape_of_a_fields_words_is_learned_and_bounds_its_answers(imported:
     ]
     found = reading.shape(passages, "party")
     assert found is not None and found["maxLength"] == 27  # half again the longest label, 18
+    assert found["minLength"] == 13  # "Beta Labs LLC": no more than 2 % of the labels are shorter
     words = list(found["not_words"])  # type: ignore[call-overload]
-    assert {"agreement", "made", "between", "recipient"} <= set(words) and "inc" not in words and "and" in words
+    assert {"agreement", "between", "made"} <= set(words) and len(words) == reading.NOT_WORDS and "inc" not in words
     assert reading.shape(passages[:9], "party") is None  # 18 labels: too few to say
     assert reading.shape(passages, "term") is None
     task = Catalog.load(imported).get("nda")
     learned = {**task.reading, "party": {**task.reading["party"], "shape": found}}
     node = field_task(replace(task, reading=learned), "party").source_schema["properties"]["party"]["items"]
-    assert node["maxLength"] == 27 and re.search(node["not"]["pattern"], "THIS AGREEMENT")
+    assert node["maxLength"] == 27 and node["minLength"] == 13 and re.search(node["not"]["pattern"], "THIS AGREEMENT")
     assert not re.search(node["not"]["pattern"], "Acme Widgets, Inc.")
+    # the substring grammar refuses the words while decoding: a re-ask cannot meet the title again
+    narrowed = field_task(replace(task, reading=learned), "party")
+    text = "THIS AGREEMENT is made by and between Acme Widgets, Inc. and Beta Labs LLC."
+    grammar = grounded_decoding.constrain(narrowed.answer_schema, text, everywhere=True)
+    assert grammar is not None and grammar.grammar is not None and "& ~/" in grammar.grammar
     assert reading.variant("ranked", learned["party"])["shape"] == found  # kept by the variants tune measures
     assert "shape" not in reading.variant("plain", learned["party"])
 

@@ -211,3 +211,27 @@ def test_a_length_bound_is_compiled_only_where_a_clause_could_break_it(tokenizer
         for answer in answers:
             data = json.loads(answer)
             assert len(data.get("name", "")) <= 12 and all(v in text for v in data.values()), answer
+
+
+def test_a_not_pattern_is_refused_while_decoding(tokenizer: Any) -> None:
+    """A grounded string's ``not`` pattern (left out of what llguidance's JSON schema compiles) is a negated lexeme."""
+    from extractor.constraints import enforcement
+
+    item = {"type": "string", "not": {"pattern": "\\b(?:agreement|Agreement|AGREEMENT)\\b"}}
+    schema = {"type": "object", "properties": {"party": {"type": "array", "items": item}}, "required": ["party"]}
+    decodable = enforcement.check(schema).schema
+    text = "MUTUAL DISCLOSURE AGREEMENT between Acme Widgets, Inc. and the Agreements Group"
+    lark = translate(decodable, text, extractive_nodes(decodable, everywhere=True), clauses_only=False).lark
+    hf, lt = tokenizer
+
+    def accepts(*names: str) -> bool:
+        matcher = llguidance.LLMatcher(lt, llguidance.grammar_from("lark", lark))
+        tokens = hf.encode(json.dumps({"party": list(names)}, separators=(",", ":")), add_special_tokens=False)
+        return bool(matcher.try_consume_tokens(tokens) == len(tokens) and matcher.is_accepting())
+
+    assert accepts("Acme Widgets, Inc.") and accepts("MUTUAL DISCLOSURE") and accepts("the Agreements Group")
+    assert not accepts("MUTUAL DISCLOSURE AGREEMENT") and not accepts("Acme Widgets, Inc.", "AGREEMENT between Acme")
+    # a pattern llguidance's regexes cannot read stays a check after generation, the grammar as before
+    lookaround = {**item, "not": {"pattern": "(?<!x)agreement"}}
+    kept = enforcement.check({**schema, "properties": {"party": {"type": "array", "items": lookaround}}}).schema
+    assert "x-refused" not in kept["properties"]["party"]["items"]

@@ -60,11 +60,12 @@ def examples_for(task: Task, text: str) -> tuple[Example, ...]:
     return task.examples
 
 
-def hints_block(task: Task, text: str, *, without: Mapping[str, Any] | None = None) -> str:
+def hints_block(task: Task, text: str, *, without: Sequence[Mapping[str, Any]] = ()) -> str:
     """The pool's labelled values found in ``text`` (``examples_from_pool.hints``), grouped by field; "" for none.
 
-    ``without``: a pool line's own output, left out of the counts when that line is shown (a worked
-    example, a training sample), so its hints are the ones a new text would get.
+    ``without``: a pool line's own output and its document's other lines' (:meth:`ExamplePool.outputs_of`),
+    left out of the counts when that line is shown (a worked example, a training sample), so its
+    hints are the ones a new text would get.
     """
     settings = task.settings.examples_from_pool
     if task.pool is None or settings is None or not settings.hints:
@@ -117,16 +118,18 @@ def _turns(task: Task, examples: Sequence[Example]) -> list[Message]:
     for example in examples:
         shown = example.text if task.instruction_only else render_instruction(task, example.text)
         output = compact_json(example.output)
-        shown += _example_hints(task, example.text, output)
+        document = example.source.document if example.source is not None else None
+        shown += _example_hints(task, example.text, output, document)
         messages.append({"role": "user", "content": shown})
         messages.append({"role": "assistant", "content": _answer(task, example.text, output)})
     return messages
 
 
 @functools.lru_cache(maxsize=4096)
-def _example_hints(task: Task, text: str, output: str) -> str:
-    """A worked example's hints, its own labels left out: the same for every text it is shown beside."""
-    return hints_block(task, text, without=json.loads(output))
+def _example_hints(task: Task, text: str, output: str, document: str | None) -> str:
+    """A worked example's hints, its own and its document's labels left out: the same beside every text."""
+    alike = task.pool.outputs_of(document) if task.pool is not None and document is not None else ()
+    return hints_block(task, text, without=alike or (json.loads(output),))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -143,13 +146,13 @@ def render(
     *,
     feedback: Sequence[str] = (),
     previous: str | None = None,
-    without: Mapping[str, Any] | None = None,
+    without: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[Message]:
     """The full chat for one attempt: system (+ instruction), worked examples, then the request.
 
     A task with its own ``conversation`` (a request's chat) is sent as given; a re-ask adds
     the previous answer and its problems as the next two turns. ``without``: the text is a pool
-    line with this output (training), left out of its own hints.
+    line (training): these outputs (its own, its document's) are left out of its hints.
     """
     if task.conversation:
         chat: list[Message] = [m.copy() for m in task.conversation]

@@ -36,6 +36,7 @@ from typing import Any
 
 from extractor.constraints import decoding
 from extractor.constraints.loosening import UNSATISFIABLE, Unenforced, coerced, loosen, one_of_unproved
+from extractor.constraints.substring import REFUSED_KEY, refusal
 from extractor.schema import SUBSCHEMA_KEYS, types_of, walk
 
 # The formats llguidance 1.7.6 compiles (any other is a compile error).
@@ -115,8 +116,7 @@ def check(schema: Mapping[str, Any]) -> Decodable:
         why = "llguidance does not implement it" if error.startswith("Unimplemented keys") else _short(error)
         for keyword in _blamed(error, node, compile_error):
             found.append(Unenforced(f"{pointer}/{keyword}", keyword, why))
-            for key in _TOGETHER.get(keyword, (keyword,)):
-                node.pop(key, None)
+            _leave_out(node, keyword)
     error = compile_error(decodable)
     if error is None:
         return Decodable(decodable, tuple(found), formats)
@@ -136,9 +136,34 @@ def _static(schema: Mapping[str, Any]) -> list[Unenforced]:
         for keyword in [k for k in node if k in UNIMPLEMENTED]:
             if keyword in node and isinstance(node, dict):
                 found.append(Unenforced(f"{pointer}/{keyword}", keyword, "llguidance 1.7.6 does not implement it"))
-                for key in _TOGETHER.get(keyword, (keyword,)):
-                    node.pop(key, None)
+                _leave_out(node, keyword)
     return found
+
+
+def _leave_out(node: dict[str, Any], keyword: str) -> None:
+    """``keyword`` (and those that go with it) out of ``node``; a lone ``not`` pattern kept for the grammar.
+
+    The substring grammar of a grounded string can refuse what the pattern matches
+    (:func:`extractor.constraints.substring.refusal`); the validator still checks it after generation.
+    """
+    refused = node.get("not") if keyword == "not" else None
+    if isinstance(refused, Mapping) and set(refused) == {"pattern"} and _negatable(refused["pattern"]):
+        node[REFUSED_KEY] = refused["pattern"]
+    for key in _TOGETHER.get(keyword, (keyword,)):
+        node.pop(key, None)
+
+
+@functools.lru_cache(maxsize=256)
+def _negatable(pattern: object) -> bool:
+    """Whether llguidance compiles ``pattern`` as the substring grammar would negate it."""
+    lexeme = refusal(pattern) if isinstance(pattern, str) else None
+    if lexeme is None:
+        return False
+    try:
+        import llguidance
+    except ImportError:
+        return False
+    return not llguidance.LLMatcher.validate_grammar(llguidance.grammar_from("lark", f"start: X\nX: ~/{lexeme}/"))
 
 
 def _drop_unknown_formats(schema: dict[str, Any]) -> tuple[tuple[str, str], ...]:

@@ -17,7 +17,11 @@ closed (no keys beyond ``properties``): a narrowing, never a widening, of what v
 Where a node holding grounded strings uses anything else (``oneOf``, ``allOf``,
 ``patternProperties``, ``prefixItems``...), :func:`translate` raises :class:`UntranslatableError`
 and the caller keeps the older enum path. A grounded field with a ``pattern`` or ``format``
-is decoded by its schema and grounded after generation (named in ``Grammar.posthoc``).
+is decoded by its schema and grounded after generation (named in ``Grammar.posthoc``). A grounded
+field's ``not: {"pattern": ...}`` (a learned shape's refused words, a hand-written list) is
+intersected with its terminal as a negated lexeme (``& ~/.../``, llguidance's own operators) where
+the pattern reads as one (no lookaround, anchor or backreference; ``\\b`` only around the whole
+pattern): the model cannot write a refused value, so a re-ask need not meet it again.
 
 Only the ``TEXT`` terminal depends on the text: :func:`skeleton` builds the rest once per schema
 (a :class:`Skeleton`; :mod:`~extractor.constraints.grounded_decoding` keeps one per task schema),
@@ -39,6 +43,7 @@ followed by a space, but for an initial's), so a value cannot run across ``，``
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -61,6 +66,9 @@ _TRIMMED = r"/[^\s\\,.;:!?)\]}。，、；：！？）」』】](.*[^\s\\(\[{,;:
 _CHUNK = re.compile(r"\s+|\w+|.", re.S)
 # A full stop ends a clause before a space, unless it ends an initial ("Kenneth M. Bate", "U.S. law").
 _CLAUSE_END = re.compile(r"[，。；：！？;!?]+|(?<!\b[A-Z])\.(?=\s)")
+# Where a string node keeps the ``not`` pattern decoding cannot enforce as a schema keyword
+# (:mod:`extractor.constraints.enforcement` moves it here); the substring grammar negates it.
+REFUSED_KEY = "x-refused"
 # Keywords that describe a node without constraining it: ignored by the translation.
 _ANNOTATIONS = frozenset(
     {"title", "description", "default", "examples", "$comment", "$id", "$schema", "$anchor", "deprecated"}
@@ -155,7 +163,8 @@ class Skeleton:
     """A task schema's grammar without the text: built once per schema, completed per text by :meth:`grammar`."""
 
     rules: tuple[str, ...]  # ``start`` and the rules below it
-    bounds: tuple[tuple[str, int, int | None], ...]  # each grounded terminal over ``TEXT``: name, min, max length
+    # each grounded terminal over ``TEXT``: name, min and max length, the regex its values must not match
+    bounds: tuple[tuple[str, int, int | None, str | None], ...]
     fields: tuple[str, ...]
     posthoc: tuple[str, ...]
     phrase_rules: tuple[PhraseRule, ...] = ()
@@ -170,12 +179,12 @@ class Skeleton:
         is held to substrings of the text like any grounded string.
         """
         rules = [*self.rules, *(_phrase_rule(rule, (phrases or {}).get(rule.pointer)) for rule in self.phrase_rules)]
-        used = [(name, low, high) for name, low, high in self.bounds if any(_uses(r, name) for r in rules)]
+        used = [bound for bound in self.bounds if any(_uses(r, bound[0]) for r in rules)]
         if not used:
             return Grammar("\n".join(rules) + "\n", self.fields, self.posthoc)
         pieces = clauses(text) if clauses_only else [text]
         longest = max((len(p) for p in pieces), default=0)
-        terminals = [_terminal(name, low, high, longest) for name, low, high in used]
+        terminals = [_terminal(name, low, high, refused, longest) for name, low, high, refused in used]
         lines = [*rules, f"TEXT: {_substring(pieces)}", *terminals]
         return Grammar("\n".join(lines) + "\n", self.fields, self.posthoc)
 
@@ -195,11 +204,44 @@ def _uses(rule: str, terminal: str) -> bool:
     return re.search(rf"\b{terminal}\b", rule.split(":", 1)[1]) is not None
 
 
-def _terminal(name: str, low: int, high: int | None, longest: int) -> str:
-    """A grounded terminal: ``TEXT`` trimmed, length-bounded where a clause of ``longest`` characters could break it."""
+def _terminal(name: str, low: int, high: int | None, refused: str | None, longest: int) -> str:
+    """A grounded terminal: ``TEXT`` trimmed, bounded where a clause of ``longest`` characters could be too long.
+
+    Never matching ``refused`` (a negated lexeme) where a ``not`` pattern gave one.
+    """
     needed = low > 1 or (high is not None and high < longest)
     bound = f"{{{low},{high}}}" if high is not None else f"{{{low},}}"
-    return f"{name}: TEXT & /{_JSON_CHAR}{bound}/ & {_TRIMMED}" if needed else f"{name}: TEXT & {_TRIMMED}"
+    text = f"TEXT & ~/{refused}/" if refused is not None else "TEXT"
+    return f"{name}: {text} & /{_JSON_CHAR}{bound}/ & {_TRIMMED}" if needed else f"{name}: {text} & {_TRIMMED}"
+
+
+# What a ``not`` pattern may hold to be negated in the grammar: none of lookaround, anchors,
+# backreferences, inline flags or a word boundary but the two around the whole pattern.
+_UNNEGATABLE = re.compile(r"\\[bBAzZ1-9kpPu\\\"]|\(\?[=!<>imsx]|\^|\$|/|\"")
+_WORD_CHARS = "A-Za-z0-9_"
+# The longest pattern negated: past it llguidance's lexer may run out of fuel on a contract's passage
+# (a 419-character alternation failed on 14 of 40 Kleister passages, 272 characters on none).
+MAX_NEGATED = 300
+
+
+@functools.lru_cache(maxsize=256)
+def refusal(pattern: str) -> str | None:
+    r"""The lexeme regex a grounded string's values must not match: a ``not`` pattern, searched anywhere.
+
+    ``\b(?:a|b)\b`` (a learned shape's words) reads as the words between non-word characters
+    or the value's ends; None where the pattern is not one the grammar can negate.
+    """
+    bounded = pattern.startswith("\\b") and pattern.endswith("\\b") and len(pattern) > 4
+    inner = pattern[2:-2] if bounded else pattern
+    if not inner or len(inner) > MAX_NEGATED or _UNNEGATABLE.search(inner):
+        return None
+    try:
+        re.compile(inner)
+    except re.error:
+        return None
+    if bounded:
+        return f"(.*[^{_WORD_CHARS}])?({inner})([^{_WORD_CHARS}].*)?"
+    return f".*({inner}).*"
 
 
 def _substring(pieces: Sequence[str]) -> str:
@@ -216,7 +258,7 @@ class _Translator:
     targets: Mapping[int, str]
     names: dict[int, str] = field(default_factory=dict)  # id(node) -> its rule's name
     bodies: dict[str, str] = field(default_factory=dict)  # rule name -> body, in definition order
-    terminals: dict[tuple[int, int | None], str] = field(default_factory=dict)
+    terminals: dict[tuple[int, int | None, str | None], str] = field(default_factory=dict)
     fields: list[str] = field(default_factory=list)
     posthoc: list[str] = field(default_factory=list)
     phrase_rules: dict[int, PhraseRule] = field(default_factory=dict)  # id(node) -> its rule
@@ -225,7 +267,7 @@ class _Translator:
     def run(self) -> Skeleton:
         top = self.rule(self.schema, "#")
         rules = [f"start: {top}"] + [f"{name}: {body}" for name, body in self.bodies.items()]
-        bounds = tuple((name, low, high) for (low, high), name in self.terminals.items())
+        bounds = tuple((name, *key) for key, name in self.terminals.items())
         fields, posthoc = tuple(sorted(set(self.fields))), tuple(sorted(set(self.posthoc)))
         return Skeleton(tuple(rules), bounds, fields, posthoc, tuple(self.phrase_rules.values()))
 
@@ -271,7 +313,8 @@ class _Translator:
         self.fields.append(self.targets[id(node)])
         low = max(1, int(node.get("minLength", 0)))
         high = node.get("maxLength")
-        key = (low, int(high) if high is not None else None)
+        refused = node.get(REFUSED_KEY)
+        key = (low, int(high) if high is not None else None, refusal(refused) if isinstance(refused, str) else None)
         name = self.terminals.setdefault(key, f"SUB{len(self.terminals)}")
         quoted = f'"\\"" {name} "\\""'
         kind = node.get(PHRASES_KEY)

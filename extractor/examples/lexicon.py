@@ -19,7 +19,7 @@ boundaries, so ``art`` is not found inside ``party``; CJK values match anywhere.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,9 +80,9 @@ class Lexicon:
             self._lengths = {start: tuple(sorted(sizes, reverse=True)) for start, sizes in by_start.items()}
         return self._lengths
 
-    def find(self, text: str, *, without: Mapping[str, Any] | None = None) -> list[Hint]:
-        """Remembered values in ``text``, in text order; ``without``: one pool output left out (its own line)."""
-        own = Counter((field_path(p), v) for p, v in string_leaves(without)) if without is not None else Counter()
+    def find(self, text: str, *, without: Sequence[Mapping[str, Any]] = ()) -> list[Hint]:
+        """Remembered values in ``text``, in text order; ``without``: pool outputs left out (a line, its document)."""
+        own = Counter((field_path(p), v) for output in without for p, v in string_leaves(output))
         hints: list[Hint] = []
         lengths = self.lengths()
         i = 0

@@ -10,6 +10,7 @@ lines are reported with file and line number and left out; the rest of the pool 
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -91,6 +92,22 @@ class ExamplePool:
         """The ``k`` examples nearest to ``text``, the nearest **last** (closest to the request)."""
         chosen = self.selector.nearest(text, settings.k, diverse=settings.diverse)
         return tuple(self.examples[i] for i in reversed(chosen))
+
+    def outputs_of(self, document: str) -> tuple[Mapping[str, Any], ...]:
+        """The outputs of every line from ``document`` (a :class:`Source`'s), none for another.
+
+        What a worked example's hints leave out: shown a passage of a document, the model must see
+        the hints a new document would get, not its document's labels from the pool's other passages.
+        """
+        return self._documents.get(document, ())
+
+    @functools.cached_property
+    def _documents(self) -> dict[str, tuple[Mapping[str, Any], ...]]:
+        found: dict[str, list[Mapping[str, Any]]] = {}
+        for line in self.examples:
+            if line.source is not None:
+                found.setdefault(line.source.document, []).append(line.output)
+        return {document: tuple(outputs) for document, outputs in found.items()}
 
     def contains(self, text: str) -> bool:
         """Whether ``text`` (whitespace-trimmed) is one of the pool's texts: leakage for an evaluation."""

@@ -77,7 +77,7 @@ def samples(task: Task, *, exclude: Collection[str] = ()) -> tuple[list[Sample],
             if example.text.strip() in excluded:
                 refused.append(Refusal(task.name, path, number, "the text is in the evaluation's gold file"))
                 continue
-            messages = tuple(render(shown, example.text, without=example.output))
+            messages = tuple(render(shown, example.text, without=(example.output,)))
             kept.append(Sample(task.name, number, messages, compact_json(example.output)))
     return kept, refused
 
