@@ -320,11 +320,6 @@ async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk:
         if generation.text == previous:
             # The same answer to the same feedback: a re-ask that says only that again would get it again.
             hints.append(REPEATED.format(number=number, last=number - 1))
-            if constrained is not None and constrained.grammar is not None and grammar_failed is None:
-                # and the grammar refuses what the fields' not patterns match (the title it wrote twice)
-                with stage("grammar"):
-                    constrained = _constrain(decoded, text, p, lookup, grammar_failed, refuse=True) or constrained
-                grammar, json_schema, fields = _decoding(task, constrained)
         feedback, previous = [*errors, *hints], generation.text
     if last_value is not None:
         # Valid but for typed values whose evidence could not be read (nulled, with a note) and, under
@@ -432,7 +427,7 @@ def _refuse(task: Task, lookup: phrases.Lookup, answer: Answer) -> bool:
 
 
 def _constrain(
-    decoded: Any, text: str, p: Plan, lookup: phrases.Lookup | None, grammar_failed: str | None, *, refuse: bool = False
+    decoded: Any, text: str, p: Plan, lookup: phrases.Lookup | None, grammar_failed: str | None
 ) -> Constraint | None:
     """What the next request is decoded under: the plan's grounded decoding, with the phrases left in ``lookup``.
 
@@ -452,7 +447,6 @@ def _constrain(
         clauses=p.grounded_clauses,
         grammar=p.substring_grammar,
         phrases=lookup,
-        refuse=refuse,
     )
 
 

@@ -152,10 +152,10 @@ def test_the_shape_of_a_fields_words_is_learned_and_bounds_its_answers(imported:
     node = field_task(replace(task, reading=learned), "party").source_schema["properties"]["party"]["items"]
     assert node["maxLength"] == 27 and node["minLength"] == 13 and re.search(node["not"]["pattern"], "THIS AGREEMENT")
     assert not re.search(node["not"]["pattern"], "Acme Widgets, Inc.")
-    # the substring grammar refuses the words once an answer repeats: the third attempt cannot meet the title again
+    # the substring grammar refuses the words while decoding: a re-ask cannot meet the title again
     narrowed = field_task(replace(task, reading=learned), "party")
     text = "THIS AGREEMENT is made by and between Acme Widgets, Inc. and Beta Labs LLC."
-    grammar = grounded_decoding.constrain(narrowed.answer_schema, text, everywhere=True, refuse=True)
+    grammar = grounded_decoding.constrain(narrowed.answer_schema, text, everywhere=True)
     assert grammar is not None and grammar.grammar is not None and "& ~/" in grammar.grammar
     assert reading.variant("ranked", learned["party"])["shape"] == found  # kept by the variants tune measures
     assert "shape" not in reading.variant("plain", learned["party"])

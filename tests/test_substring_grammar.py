@@ -19,7 +19,7 @@ from jsonschema.validators import Draft202012Validator
 
 from extractor import Catalog, Settings
 from extractor.constraints.grounded_decoding import extractive_nodes
-from extractor.constraints.substring import UntranslatableError, clauses, skeleton, translate
+from extractor.constraints.substring import UntranslatableError, clauses, translate
 from extractor.models import default_model_dir
 
 from .conftest import LANDMARK_TEXT
@@ -221,8 +221,7 @@ def test_a_not_pattern_is_refused_while_decoding(tokenizer: Any) -> None:
     schema = {"type": "object", "properties": {"party": {"type": "array", "items": item}}, "required": ["party"]}
     decodable = enforcement.check(schema).schema
     text = "MUTUAL DISCLOSURE AGREEMENT between Acme Widgets, Inc. and the Agreements Group"
-    planned = skeleton(decodable, extractive_nodes(decodable, everywhere=True))
-    lark = planned.grammar(text, clauses_only=False).lark
+    lark = translate(decodable, text, extractive_nodes(decodable, everywhere=True), clauses_only=False).lark
     hf, lt = tokenizer
 
     def accepts(*names: str) -> bool:
@@ -230,8 +229,6 @@ def test_a_not_pattern_is_refused_while_decoding(tokenizer: Any) -> None:
         tokens = hf.encode(json.dumps({"party": list(names)}, separators=(",", ":")), add_special_tokens=False)
         return bool(matcher.try_consume_tokens(tokens) == len(tokens) and matcher.is_accepting())
 
-    assert accepts("MUTUAL DISCLOSURE AGREEMENT")  # asked as written first: the re-ask with the errors may fix it
-    lark = planned.grammar(text, clauses_only=False, refuse=True).lark  # after an answer came back word for word
     assert accepts("Acme Widgets, Inc.") and accepts("MUTUAL DISCLOSURE") and accepts("the Agreements Group")
     assert not accepts("MUTUAL DISCLOSURE AGREEMENT") and not accepts("Acme Widgets, Inc.", "AGREEMENT between Acme")
     # a pattern llguidance's regexes cannot read stays a check after generation, the grammar as before

@@ -153,7 +153,6 @@ def constrain(
     max_candidates: int = MAX_CANDIDATES,
     grammar: bool = True,
     phrases: Phrases | None = None,
-    refuse: bool = False,
 ) -> Constrained | None:
     """How to decode ``text`` so that its extractive fields stay in it (None: no field is extractive).
 
@@ -167,7 +166,6 @@ def constrain(
         grammar: The engine reads llguidance's Lark (the guidance backend); False: the enum of spans.
         phrases: ``(pointer, kind) -> the phrases of the text`` a typed value's evidence (a field
             marked ``x-phrases``) may be, or None to hold it to any span like other grounded strings.
-        refuse: The grammar refuses what each field's ``not`` pattern matches (see :mod:`.substring`).
 
     """
     targets, planned = _plan(schema, everywhere)
@@ -197,9 +195,7 @@ def constrain(
             phrases=phrases,
         )
     listed = {r.pointer: phrases(r.pointer, r.kind) for r in planned.phrase_rules} if phrases is not None else {}
-    lark = planned.grammar(
-        text, clauses_only=clauses, phrases={k: v for k, v in listed.items() if v is not None}, refuse=refuse
-    )
+    lark = planned.grammar(text, clauses_only=clauses, phrases={k: v for k, v in listed.items() if v is not None})
     note = None
     if lark.posthoc:
         note = f"checked after generation (pattern or format): {', '.join(lark.posthoc)}"

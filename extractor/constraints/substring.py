@@ -21,10 +21,7 @@ is decoded by its schema and grounded after generation (named in ``Grammar.posth
 field's ``not: {"pattern": ...}`` (a learned shape's refused words, a hand-written list) is
 intersected with its terminal as a negated lexeme (``& ~/.../``, llguidance's own operators) where
 the pattern reads as one (no lookaround, anchor or backreference; ``\\b`` only around the whole
-pattern), when asked (``refuse``): the pipeline asks once an answer came back word for word after
-the errors were shown. From the first attempt it cost the expert contract task its parties (0.61
--> 0.35 on 10 Kleister dev contracts): the re-ask with the errors found the right names, the
-refusing grammar took the next words of the title.
+pattern): the model cannot write a refused value, so a re-ask need not meet it again.
 
 Only the ``TEXT`` terminal depends on the text: :func:`skeleton` builds the rest once per schema
 (a :class:`Skeleton`; :mod:`~extractor.constraints.grounded_decoding` keeps one per task schema),
@@ -173,12 +170,7 @@ class Skeleton:
     phrase_rules: tuple[PhraseRule, ...] = ()
 
     def grammar(
-        self,
-        text: str,
-        *,
-        clauses_only: bool = True,
-        phrases: Mapping[str, Sequence[str]] | None = None,
-        refuse: bool = False,
+        self, text: str, *, clauses_only: bool = True, phrases: Mapping[str, Sequence[str]] | None = None
     ) -> Grammar:
         """The grammar for ``text``: ``TEXT`` is the substring automaton of its chunks (of each clause's).
 
@@ -192,9 +184,7 @@ class Skeleton:
             return Grammar("\n".join(rules) + "\n", self.fields, self.posthoc)
         pieces = clauses(text) if clauses_only else [text]
         longest = max((len(p) for p in pieces), default=0)
-        terminals = [
-            _terminal(name, low, high, refused if refuse else None, longest) for name, low, high, refused in used
-        ]
+        terminals = [_terminal(name, low, high, refused, longest) for name, low, high, refused in used]
         lines = [*rules, f"TEXT: {_substring(pieces)}", *terminals]
         return Grammar("\n".join(lines) + "\n", self.fields, self.posthoc)
 
