@@ -36,7 +36,7 @@ from typing import Any
 
 from bench.common import RESULTS, save
 from extractor import Catalog, Extractor, Settings, documents, stages
-from extractor.errors import ExtractorError
+from extractor.errors import DocumentError, ExtractorError
 from extractor.examples.importing import import_gold, write_pool
 from extractor.pipeline import Options
 from extractor.values import Context, ValueField
@@ -148,19 +148,24 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         async with gate:
             started = time.perf_counter()
             record: dict[str, Any] = {"id": line["id"], "pages": 0, "chars": 0, "gold": line["expected"]}
-            try:  # EXTRACTOR_OCR=off where tesseract is missing (the GPU host): a scanned page is left unread
-                pdf = (DATA / line["file"]).read_bytes()
-                document = documents.read(pdf, media_type="application/pdf", limits=limits)
-            except ExtractorError as error:
+            # EXTRACTOR_OCR=off where tesseract is missing (the GPU host): a scanned page is left unread.
+            # The extractor converts it, as `extractor batch` does (EXTRACTOR_CONVERSION_PROCESSES: in its workers).
+            try:
+                with stages.measuring() as clock:
+                    result = await extractor.aextract_document(task, DATA / line["file"], options=options)
+            except DocumentError as error:
                 record.update(error=f"{type(error).__name__}: {str(error)[:200]}", seconds=0.0, positions={})
                 records.append(record)
                 return
-            converted = time.perf_counter() - started
+            except ExtractorError as error:
+                result = None
+                record["error"] = f"{type(error).__name__}: {str(error)[:200]}"
+            record["stages"] = clock.rounded()
+            document = result.document if result is not None else None
+            if document is None:  # failed after its conversion: converted again, for the gold's positions
+                document = await extractor.converter.read(DATA / line["file"], limits=limits)
             record.update(pages=len(document.pages), chars=len(document.text))
-            try:
-                with stages.measuring() as clock:
-                    result = await extractor.aextract_document(task, document, options=options)
-                record["stages"] = {"conversion": round(converted, 3), **clock.rounded()}
+            if result is not None:
                 at = result.attempts  # where the engine's time goes: tokens read and written, answers cut
                 record.update(data=result.data, attempts=len(at), notes=len(result.notes))
                 record["tokens"] = {
@@ -177,8 +182,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     for s in result.spans
                     if s.normalized is not None
                 }
-            except ExtractorError as error:
-                record["error"] = f"{type(error).__name__}: {str(error)[:200]}"
             record["seconds"] = round(time.perf_counter() - started, 2)
             record["positions"] = {
                 key: [gold_position(document.text, key, v) for v in (val if isinstance(val, list) else [val])]

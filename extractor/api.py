@@ -19,6 +19,7 @@ from extractor.catalog.tasks import Catalog, Task
 from extractor.chat import ChatReply
 from extractor.config import Settings
 from extractor.documents import Document
+from extractor.documents.converting import Converter
 from extractor.documents.provenance import attach
 from extractor.engines import Engine, create_engine
 from extractor.engines.base import GenerationRequest
@@ -69,6 +70,7 @@ class Extractor:
         self._models: dict[str, Engine] = {}
         self._started = False
         self._lock = threading.Lock()
+        self._converter: Converter | None = None  # documents converted beside the pipeline, started on first use
 
     @property
     def engine(self) -> Engine:
@@ -245,24 +247,20 @@ class Extractor:
     ) -> ExtractionResult:
         """Extract from a document: a PDF, HTML, DOCX or text file's path, its bytes, or a converted :class:`Document`.
 
-        The document converts to text (in a worker thread), the pipeline runs on that text as on
-        any other, and every span of the result gets its ``location`` (page and one box per line
-        for a PDF, element path for HTML, paragraph for DOCX); ``result.document`` holds the
-        converted text the offsets point into. Bad documents raise
+        The document converts to text (in a worker thread, or in a worker process:
+        EXTRACTOR_CONVERSION_PROCESSES), the pipeline runs on that text as on any other, and every
+        span of the result gets its ``location`` (page and one box per line for a PDF, element path
+        for HTML, paragraph for DOCX); ``result.document`` holds the converted text the offsets
+        point into. Bad documents raise
         :class:`~extractor.errors.DocumentError` (or :class:`~extractor.errors.DocumentTooLargeError`).
         """
         spec = task if isinstance(task, Task) else self.task(task)
         if isinstance(source, Document):
             document = source
         else:
+            limits = documents.Limits.from_settings(self.settings, ocr_languages=spec.settings.ocr_languages)
             with stage("conversion"):
-                document = await asyncio.to_thread(
-                    self.read_document,
-                    source,
-                    media_type=media_type,
-                    name=name,
-                    ocr_languages=spec.settings.ocr_languages,
-                )
+                document = await self.converter.read(source, media_type=media_type, name=name, limits=limits)
         result = await self.arun(spec, document.text, options=options)
         return attach(result, document)
 
@@ -391,8 +389,18 @@ class Extractor:
             async for text in texts:
                 yield text
 
+    @property
+    def converter(self) -> Converter:
+        """Where documents convert: in worker processes (``EXTRACTOR_CONVERSION_PROCESSES``), else in a thread."""
+        with self._lock:
+            if self._converter is None:
+                self._converter = Converter(self.settings.conversion_processes)
+            return self._converter
+
     async def aclose(self) -> None:
-        """Release the engine."""
+        """Release the engine and the conversion workers."""
+        if self._converter is not None:
+            await asyncio.to_thread(self._converter.close)
         for engine in [*self._models.values(), *([self._engine] if self._engine is not None else [])]:
             await engine.close()
         self._models.clear()

@@ -134,6 +134,9 @@ class Settings:
     ocr_timeout_s: float = 30.0
     # pages of one document read at once (a tesseract process each, one core each)
     ocr_workers: int = 2
+    # documents converted at once in processes of their own, beside the pipeline's thread
+    # (extractor.documents.converting); 0: in a worker thread of the caller's process
+    conversion_processes: int = 0
     request_timeout_s: float = 120.0
     ready_cache_s: float = 5.0
     shutdown_timeout_s: float = 30.0
@@ -226,7 +229,7 @@ class Settings:
         for url in self.remote_base_urls:
             if not url.startswith(("http://", "https://")):
                 raise ConfigError(f"EXTRACTOR_REMOTE_URLS: {url!r} is not an http:// or https:// URL")
-        for name in ("remote_retries", "scripted_delay_s", "speculative_tokens"):
+        for name in ("remote_retries", "scripted_delay_s", "speculative_tokens", "conversion_processes"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"EXTRACTOR_{name.upper()}: must be >= 0")
         positive = (

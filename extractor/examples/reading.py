@@ -152,7 +152,8 @@ def shape(passages: Sequence[Example], name: str) -> dict[str, object] | None:
     None with fewer than :data:`SHAPED` labels. ``minLength``: the length :data:`SHORTEST` of the
     labels are shorter than (a role such as "Company" or a bare "Ken" is shorter than 98 % of
     Kleister's party names). ``not_words``: the words (case aside) in at least :data:`COMMON` of the
-    passages stating the field and in none of its labels, the most common first.
+    passages stating the field and in none of its labels, the most common first, function words aside
+    (a title's "Agreement", "Confidential", "Non" are refused, not "with" or "shall").
     """
     labels = [v for e in passages for v in _stated(e.output.get(name))]
     if len(labels) < SHAPED:
@@ -161,7 +162,8 @@ def shape(passages: Sequence[Example], name: str) -> dict[str, object] | None:
     inside = {w.lower() for v in labels for w in _WORD.findall(v)}
     common = Counter(w for text in held for w in {x.lower() for x in _WORD.findall(text)})
     ranked = sorted(common.items(), key=lambda item: (-item[1], item[0]))  # ties in word order: the same every run
-    never = [w for w, n in ranked if n >= COMMON * len(held) and w not in inside][:NOT_WORDS]
+    # a function word ("with", "that", "shall") tells no wrong answer from a right one: its place goes to one that does
+    never = [w for w, n in ranked if n >= COMMON * len(held) and w not in inside and w not in _STOP][:NOT_WORDS]
     lengths = sorted(len(v) for v in labels)
     found: dict[str, object] = {"maxLength": math.ceil(1.5 * lengths[-1])}
     if lengths[int(SHORTEST * len(lengths))] > 1:

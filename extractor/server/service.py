@@ -256,7 +256,7 @@ class Service:
         )
 
     async def read_document(self, upload: DocumentIn, *, ocr_languages: str | None = None) -> documents.Document:
-        """A sent document converted to text (in a worker thread): 415, 422 or 413 for a bad one.
+        """A sent document converted to text beside the event loop (the extractor's converter): 415, 422 or 413.
 
         Its cost is bounded before the engine sees anything: the body limit bounds its bytes, the
         page and character limits (EXTRACTOR_MAX_DOCUMENT_PAGES, _CHARS) its conversion.
@@ -266,9 +266,8 @@ class Service:
         except (binascii.Error, ValueError):
             raise DocumentError("document.content is not base64 (RFC 4648, with padding)") from None
         limits = documents.Limits.from_settings(self.settings, ocr_languages=ocr_languages)
-        return await asyncio.to_thread(
-            documents.convert, data, media_type=upload.media_type, name=upload.name, limits=limits
-        )
+        converter = self.extractor.converter
+        return await converter.convert(data, media_type=upload.media_type, name=upload.name, limits=limits)
 
     async def _source(
         self, text: str | None, document: DocumentIn | None, *, task: Task

@@ -1,0 +1,85 @@
+"""Documents converted in worker processes (EXTRACTOR_CONVERSION_PROCESSES): the same documents, the same errors."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from extractor import Extractor, ScriptedEngine, Settings, documents
+from extractor.documents import Limits
+from extractor.documents.converting import Converter
+from extractor.errors import DocumentError, DocumentTooLargeError
+
+from .documents import docx_bytes
+
+PARAGRAPHS = ["Made by and between Acme Widgets, Inc. and Beta Labs LLC.", "Governed by the laws of Delaware."]
+
+
+def _die(source: object, **_: object) -> None:
+    """What a crash inside a converting library does to its process."""
+    os._exit(3)
+
+
+@pytest.fixture(scope="module")
+def converter() -> object:
+    running = Converter(2)
+    yield running
+    running.close()
+
+
+def test_a_document_converted_in_a_worker_process_is_the_one_a_thread_converts(
+    converter: Converter, tmp_path: Path
+) -> None:
+    data = docx_bytes(PARAGRAPHS)
+    (tmp_path / "c.docx").write_bytes(data)
+    here = documents.read(data, limits=Limits())
+    there = asyncio.run(converter.convert(data, limits=Limits()))
+    assert there.text.startswith("Made by and between Acme")
+    assert (there.text, there.segments, there.media_type) == (here.text, here.segments, here.media_type)
+    by_path = asyncio.run(converter.read(tmp_path / "c.docx", limits=Limits()))  # the worker reads the file
+    assert by_path.text == here.text and by_path.name == "c.docx"
+
+
+def test_a_bad_document_keeps_its_error_and_message_across_the_process(converter: Converter) -> None:
+    with pytest.raises(DocumentError, match="not a readable PDF"):
+        asyncio.run(converter.convert(b"%PDF-1.4 nothing more", media_type="application/pdf", limits=Limits()))
+    with pytest.raises(DocumentTooLargeError, match="EXTRACTOR_MAX_DOCUMENT_CHARS"):
+        asyncio.run(converter.convert(docx_bytes(PARAGRAPHS * 50), limits=Limits(max_chars=100)))
+
+
+def test_a_worker_that_dies_fails_its_document_and_the_next_one_converts() -> None:
+    converter = Converter(1)
+    try:
+        with pytest.raises(DocumentError, match=r"c\.pdf: the process converting it died"):
+            asyncio.run(converter._run(_die, b"", name="c.pdf"))  # a crash cannot be sent any other way
+        again = asyncio.run(converter.convert(docx_bytes(PARAGRAPHS), limits=Limits()))
+        assert again.text.startswith("Made by")
+    finally:
+        converter.close()
+
+
+def test_the_extractor_converts_in_its_processes_and_locates_the_values(tmp_path: Path) -> None:
+    (tmp_path / "c.docx").write_bytes(docx_bytes(PARAGRAPHS))
+    settings = Settings.from_env({}, engine="scripted", conversion_processes=1)
+    answer = '{"name": null, "country": "Delaware", "city": null, "category": null, "period": null}'
+    engine = ScriptedEngine(respond=lambda _: answer)
+
+    async def run() -> object:
+        async with Extractor(settings=settings, engine=engine) as extractor:
+            result = await extractor.aextract_document("landmark_slots", tmp_path / "c.docx")
+            assert extractor.converter.processes == 1
+            return result
+
+    result = asyncio.run(run())
+    assert result.document is not None and result.document.name == "c.docx"
+    assert result.data["country"] == "Delaware"
+    span = next(s for s in result.spans if s.path == "/country")
+    assert span.location is not None and span.location.paragraphs == [1]  # the DOCX's second paragraph
+
+
+def test_a_negative_count_is_refused() -> None:
+    with pytest.raises(Exception, match="CONVERSION_PROCESSES"):
+        Settings.from_env({}, conversion_processes=-1)
