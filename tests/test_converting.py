@@ -83,3 +83,27 @@ def test_the_extractor_converts_in_its_processes_and_locates_the_values(tmp_path
 def test_a_negative_count_is_refused() -> None:
     with pytest.raises(Exception, match="CONVERSION_PROCESSES"):
         Settings.from_env({}, conversion_processes=-1)
+
+
+def test_workers_that_cannot_start_name_the_setting_not_the_document(monkeypatch: pytest.MonkeyPatch) -> None:
+    from concurrent.futures import Future
+    from concurrent.futures.process import BrokenProcessPool
+
+    from extractor.documents import converting
+    from extractor.errors import ConfigError
+
+    class Unstartable:  # what a spawned worker does when the main module cannot be imported again
+        def __init__(self, *_: object, **__: object) -> None:
+            pass
+
+        def submit(self, *_: object, **__: object) -> Future[object]:
+            broken: Future[object] = Future()
+            broken.set_exception(BrokenProcessPool("a child process terminated abruptly"))
+            return broken
+
+        def shutdown(self, **_: object) -> None:
+            pass
+
+    monkeypatch.setattr(converting, "ProcessPoolExecutor", Unstartable)
+    with pytest.raises(ConfigError, match=r"EXTRACTOR_CONVERSION_PROCESSES.*could not start"):
+        asyncio.run(Converter(1).convert(docx_bytes(PARAGRAPHS), limits=Limits()))

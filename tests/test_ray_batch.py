@@ -272,3 +272,22 @@ def test_real_engine_in_an_actor(cluster: str, tmp_path: Path) -> None:
     assert sorted(r["id"] for r in records) == [0, 1, 2, 3]
     assert summary.ok >= 3, [r.get("error") for r in records]
     assert all(r["result"]["data"]["country"] == "西班牙" for r in records if r["ok"])
+
+
+def test_a_folder_of_documents_is_read_by_the_actors(cluster: str, settings: Settings, tmp_path: Path) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.txt").write_text(LANDMARK_TEXT, encoding="utf-8")
+    (folder / "b.html").write_text(f"<html><body><p>{LANDMARK_TEXT}</p></body></html>", encoding="utf-8")
+    (folder / "c.pdf").write_bytes(b"%PDF-1.4 nothing more")  # unreadable: its own error record
+    out = tmp_path / "out"
+    config = RayBatchConfig(task="landmark_slots", inputs=(folder,), output=out, actors=1, concurrency=2)
+
+    summary = ray_batch.run(config, settings=settings, engine_factory=partial(ScriptedEngine, respond=answer))
+
+    records = {r["id"]: r for r in read_output(out)}
+    assert sorted(records) == ["a.txt", "b.html", "c.pdf"] and {r["line"] for r in records.values()} == {1, 2, 3}
+    assert records["a.txt"]["ok"] and records["a.txt"]["result"]["data"]["country"] == "西班牙"
+    assert records["b.html"]["ok"] and records["b.html"]["result"]["document"]["media_type"] == "text/html"
+    assert records["c.pdf"]["error"]["kind"] == "bad_document"
+    assert (summary.rows, summary.ok, summary.failed) == (3, 2, 1)

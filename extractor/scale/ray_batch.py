@@ -2,8 +2,11 @@
 
 Each actor holds one :class:`~extractor.api.Extractor` (one engine: a GPU each where the cluster
 has GPUs, a CPU share otherwise) and extracts a batch of rows per call, exactly as ``extractor
-batch`` does on one machine. The driver reads the input files (one or many), writes the records
-of bad lines itself, ships the other rows to the cluster through the object store, and is the
+batch`` does on one machine. The driver reads the input files (one or many; a folder of
+documents is a row a file, its path shipped and the file converted by the actor that reads it:
+the actors' nodes see the driver's files, as on one host where several actors share a GPU
+with ``--gpus-per-actor``, each with its own pipeline thread), writes the records of bad lines
+itself, ships the other rows to the cluster through the object store, and is the
 one writer of the sharded output (:mod:`extractor.scale.shards`): a record comes back to it, is
 appended and fsynced, and counts in the progress line. An actor whose process dies is restarted
 by Ray and its batch retried (Ray Data's defaults for actor pools: ``max_restarts=-1``,
@@ -42,7 +45,7 @@ from extractor.jobs.batch import (
     record_stats,
 )
 from extractor.jobs.progress import Progress
-from extractor.jobs.rows import DEFAULT_MAX_CHARS, BadRow, Row, count_lines, read_rows
+from extractor.jobs.rows import DEFAULT_MAX_CHARS, BadRow, Row, count_lines, document_rows, read_rows
 from extractor.options import ExtractOptions
 from extractor.scale.shards import ShardedOutput, record_key
 
@@ -145,8 +148,8 @@ def _check(config: RayBatchConfig, settings: Settings) -> None:
     if not config.inputs:
         raise ExtractorError("no input file")
     for path in config.inputs:
-        if not path.is_file():
-            raise ExtractorError(f"{path}: no such input file")
+        if not path.is_file() and not path.is_dir():
+            raise ExtractorError(f"{path}: no such input file or folder")
     if config.concurrency < 1 or config.rows_per_call < 1 or config.calls_per_actor < 1:
         raise ExtractorError("--concurrency and the rows per call must be at least 1")
     if config.actors is not None and config.actors < 1:
@@ -174,6 +177,9 @@ def _first_line(error: BaseException) -> str:
 def _rows(config: RayBatchConfig) -> Iterator[tuple[str, Row | BadRow]]:
     for path in config.inputs:
         source = str(path)
+        if path.is_dir():  # a folder of documents: each file a row, converted in the actor that reads it
+            yield from ((source, row) for row in document_rows(path))
+            continue
         for item in read_rows(path, text_field=config.text_field, id_field=config.id_field, max_chars=config.max_chars):
             yield source, item
 
@@ -184,7 +190,7 @@ def _ship_rows(config: RayBatchConfig, output: ShardedOutput, progress: Progress
     import ray
 
     refs: list[Any] = []
-    block: dict[str, list[Any]] = {"source": [], "line": [], "id": [], "text": []}
+    block: dict[str, list[Any]] = {"source": [], "line": [], "id": [], "text": [], "document": []}
     for source, item in _rows(config):
         kind = item.kind if isinstance(item, BadRow) else None
         if record_key(source, kind, item.id, item.line) in output.done:
@@ -198,6 +204,7 @@ def _ship_rows(config: RayBatchConfig, output: ShardedOutput, progress: Progress
         block["line"].append(item.line)
         block["id"].append(json.dumps(item.id))  # a string or an integer: one Arrow column either way
         block["text"].append(item.text)
+        block["document"].append(None if item.document is None else str(item.document))
         if len(block["line"]) >= config.rows_per_call:
             refs.append(ray.put(pa.table(block)))
             block = {name: [] for name in block}
@@ -298,7 +305,8 @@ class RowActor:
 
         async def one(row: dict[str, Any]) -> dict[str, Any]:
             async with slots:
-                item = Row(line=int(row["line"]), id=json.loads(row["id"]), text=row["text"])
+                document = Path(row["document"]) if row.get("document") else None
+                item = Row(line=int(row["line"]), id=json.loads(row["id"]), text=row["text"], document=document)
                 return await extract_row(self._extractor, self._config, item)
 
         return list(await asyncio.gather(*(one(row) for row in rows)))
