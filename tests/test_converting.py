@@ -80,6 +80,14 @@ def test_the_extractor_converts_in_its_processes_and_locates_the_values(tmp_path
     assert span.location is not None and span.location.paragraphs == [1]  # the DOCX's second paragraph
 
 
+def test_the_default_count_is_half_the_cores_of_a_large_machine_and_none_on_a_small_one() -> None:
+    from extractor.config import default_conversion_processes
+
+    assert [default_conversion_processes(n) for n in (1, 2, 4, 7, 8, 16, 64)] == [0, 0, 0, 0, 4, 8, 8]
+    assert Settings.from_env({}).conversion_processes == default_conversion_processes()
+    assert Settings.from_env({"EXTRACTOR_CONVERSION_PROCESSES": "0"}).conversion_processes == 0
+
+
 def test_a_negative_count_is_refused() -> None:
     with pytest.raises(Exception, match="CONVERSION_PROCESSES"):
         Settings.from_env({}, conversion_processes=-1)
@@ -107,3 +115,40 @@ def test_workers_that_cannot_start_name_the_setting_not_the_document(monkeypatch
     monkeypatch.setattr(converting, "ProcessPoolExecutor", Unstartable)
     with pytest.raises(ConfigError, match=r"EXTRACTOR_CONVERSION_PROCESSES.*could not start"):
         asyncio.run(Converter(1).convert(docx_bytes(PARAGRAPHS), limits=Limits()))
+
+
+def test_a_document_sent_while_the_workers_start_waits_for_them_and_names_the_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from concurrent.futures import Future
+    from concurrent.futures.process import BrokenProcessPool
+
+    from extractor.documents import converting
+    from extractor.errors import ConfigError
+
+    submitted: list[Future[object]] = []
+
+    class SlowToFail:  # workers still starting when the second document arrives, then found unable to
+        def __init__(self, *_: object, **__: object) -> None:
+            pass
+
+        def submit(self, *_: object, **__: object) -> Future[object]:
+            submitted.append(Future())
+            return submitted[-1]
+
+        def shutdown(self, **_: object) -> None:
+            pass
+
+    monkeypatch.setattr(converting, "ProcessPoolExecutor", SlowToFail)
+    converter = Converter(2)
+
+    async def both() -> list[object]:
+        sent = [asyncio.ensure_future(converter.convert(docx_bytes(PARAGRAPHS), limits=Limits())) for _ in range(2)]
+        await asyncio.sleep(0.05)
+        assert len(submitted) == 1  # only the start check: neither document went to a worker that never started
+        for future in submitted:
+            future.set_exception(BrokenProcessPool("a child process terminated abruptly"))
+        return await asyncio.gather(*sent, return_exceptions=True)
+
+    outcomes = asyncio.run(both())
+    assert all(isinstance(o, ConfigError) and "EXTRACTOR_CONVERSION_PROCESSES" in str(o) for o in outcomes), outcomes

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import threading
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
@@ -35,6 +35,7 @@ class Converter:
             raise ValueError("processes must be >= 0")
         self.processes = processes
         self._pool: ProcessPoolExecutor | None = None
+        self._probe: Future[int] = Future()  # the current pool's start check
         self._lock = threading.Lock()
 
     async def read(
@@ -66,21 +67,25 @@ class Converter:
             ) from None
 
     async def _started(self) -> ProcessPoolExecutor:
-        """The pool, its first worker checked to start: a worker that cannot start is no document's fault."""
+        """The pool, its first worker checked to start: a worker that cannot start is no document's fault.
+
+        Every caller awaits the same check, so a document sent while the workers are still starting
+        waits for them and, if they cannot start, gets the setting's error rather than its own.
+        """
         with self._lock:
-            pool, fresh = self._pool, self._pool is None
-            if pool is None:
-                pool = self._pool = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("spawn"))
-        if fresh:
-            try:
-                await asyncio.wrap_future(pool.submit(int, "0"))
-            except BrokenProcessPool:
-                self._forget(pool)
-                raise ConfigError(
-                    "EXTRACTOR_CONVERSION_PROCESSES: the conversion workers could not start (a script that starts "
-                    'them needs `if __name__ == "__main__":`, and cannot be read from stdin); set it to 0 to '
-                    "convert in a thread"
-                ) from None
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("spawn"))
+                self._probe = self._pool.submit(int, "0")
+            pool, probe = self._pool, self._probe
+        try:
+            await asyncio.wrap_future(probe)
+        except BrokenProcessPool:
+            self._forget(pool)
+            raise ConfigError(
+                "EXTRACTOR_CONVERSION_PROCESSES: the conversion workers could not start (a script that starts "
+                'them needs `if __name__ == "__main__":`, and cannot be read from stdin); set it to 0 to '
+                "convert in a thread"
+            ) from None
         return pool
 
     def _forget(self, pool: ProcessPoolExecutor) -> None:
