@@ -2,6 +2,7 @@
 
     python -m bench.kleister                       # dev split, every document, the task as shipped
     python -m bench.kleister --newcomer --pool 254 --limit 40 --raw   # a newcomer's task, its pool's sources learned
+    python -m bench.kleister --newcomer --pool 254 --train            # and an adapter trained on that pool, by field
 
 The task is `bench/tasks/kleister_nda/` (a schema and a prompt, no code): parties as written, the
 effective date and the term typed from their evidence (extractor.values), the governing law as
@@ -130,6 +131,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         command += ["--budget", str(args.tune_budget)] if args.tune_budget else []
         subprocess.run(command, check=True)
         tuning_s = round(time.perf_counter() - started, 1)
+    training_s = None
+    if args.train:  # as an analyst would: `extractor train` on the pool imported (train documents only)
+        started = time.perf_counter()
+        command = [sys.executable, "-m", "extractor.cli", "train", "nda", "--tasks-dir", str(root)]
+        command += ["--epochs", str(args.train_epochs)] if args.train_epochs else []
+        command += ["--limit", str(args.train_limit)] if args.train_limit else []
+        subprocess.run(command, check=True)
+        training_s = round(time.perf_counter() - started, 1)
     settings = Settings.from_env(engine=args.engine, tasks_dir=root)
     limits = documents.Limits.from_settings(settings)
     catalog = Catalog.load(root)
@@ -200,6 +209,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     summary = summarize(records, elapsed=elapsed, ready=ready, args=args)
     if tuning_s is not None:
         summary |= {"tuned_on_documents": args.tune, "tune_s": tuning_s}
+    if training_s is not None:
+        summary |= {"adapter": catalog.tasks["nda"].adapter is not None, "train_s": training_s}
     if raw_s is not None:
         summary["raw_vllm_s"] = round(raw_s, 1)
         summary["extractor_s"] = round(elapsed, 1)
@@ -371,6 +382,9 @@ def main() -> None:
     parser.add_argument("--tune", type=int, default=0, help="first `extractor tune --documents` on N of the pool's")
     parser.add_argument("--tune-budget", type=float, default=0, help="seconds for that tune (0: none)")
     parser.add_argument("--raw", action="store_true", help="then the bare engine reading each document once (issue 58)")
+    parser.add_argument("--train", action="store_true", help="first `extractor train` on the pool (by field)")
+    parser.add_argument("--train-epochs", type=float, default=0, help="its epochs (0: from the pool's size)")
+    parser.add_argument("--train-limit", type=int, default=0, help="at most this many training chats (0: all)")
     parser.add_argument(
         "--forget-sources", action="store_true", help="the pool without its documents' sources (nothing learned)"
     )

@@ -394,7 +394,8 @@ class Extractor:
         """Where documents convert: in worker processes (``EXTRACTOR_CONVERSION_PROCESSES``), else in a thread."""
         with self._lock:
             if self._converter is None:
-                self._converter = Converter(self.settings.conversion_processes)
+                explicit = self.settings.conversion_processes is not None
+                self._converter = Converter(self.settings.conversion_workers, fallback=not explicit)
             return self._converter
 
     async def aclose(self) -> None:

@@ -147,9 +147,10 @@ class Settings:
     # pages of one document read at once (a tesseract process each, one core each)
     ocr_workers: int = 2
     # documents converted at once in processes of their own, beside the pipeline's thread
-    # (extractor.documents.converting); 0: in a worker thread of the caller's process. Default: half
-    # the cores, at most 8, on a machine of 8 cores or more; 0 below (:func:`default_conversion_processes`)
-    conversion_processes: int = field(default_factory=default_conversion_processes)
+    # (extractor.documents.converting); 0: in a worker thread of the caller's process. None (unset):
+    # half the cores, at most 8, on a machine of 8 cores or more, else 0 (:attr:`conversion_workers`),
+    # and a thread after all where the workers cannot start
+    conversion_processes: int | None = None
     request_timeout_s: float = 120.0
     ready_cache_s: float = 5.0
     shutdown_timeout_s: float = 30.0
@@ -243,7 +244,7 @@ class Settings:
             if not url.startswith(("http://", "https://")):
                 raise ConfigError(f"EXTRACTOR_REMOTE_URLS: {url!r} is not an http:// or https:// URL")
         for name in ("remote_retries", "scripted_delay_s", "speculative_tokens", "conversion_processes"):
-            if getattr(self, name) < 0:
+            if (getattr(self, name) or 0) < 0:
                 raise ConfigError(f"EXTRACTOR_{name.upper()}: must be >= 0")
         positive = (
             "max_in_flight",
@@ -298,6 +299,13 @@ class Settings:
     def pools_dir(self) -> Path:
         """The reviewers' example pools (``<task>.jsonl``), merged after the catalog's at load."""
         return self.home / "pools"
+
+    @property
+    def conversion_workers(self) -> int:
+        """Conversion worker processes: ``conversion_processes``, else the machine's default."""
+        if self.conversion_processes is None:
+            return default_conversion_processes()
+        return self.conversion_processes
 
     @property
     def review_database(self) -> Path:

@@ -156,7 +156,7 @@ def field_task(task: Task, name: str) -> Task:
         prompt_path=task.prompt_path,
         instruction_only=task.instruction_only,
         fields=describe_fields(narrowed.schema),
-        adapter=None,
+        adapter=task.adapter if task.adapter_by_field else None,  # an adapter for whole answers is not for these
         calibration=None,
     )
 

@@ -163,7 +163,7 @@ def served(task: Task, settings: Settings) -> Task:
 def _without_adapter(task: Task) -> Task:
     # One copy per task: tasks hash by identity, and the prompt's caches (the system turn, the
     # fixed examples) are keyed by the task, so a fresh copy per request missed them every time.
-    return replace(task, adapter=None)
+    return replace(task, adapter=None, adapter_by_field=False)
 
 
 async def run(
@@ -183,12 +183,14 @@ async def run(
     started = time.perf_counter()
     with stage("splitting"):
         pieces = split_for(task, text, p, engine) if p.chunking is not None else None
+    # An adapter that learned the task read by field serves those requests only (extractor.passages)
+    whole = _without_adapter(task) if task.adapter_by_field else task
     if pieces is None:
-        extracted = await extract_text(task, text, p, engine)
+        extracted = await extract_text(whole, text, p, engine)
     elif p.chunking is not None and p.chunking.by_field:
         extracted = await _extract_by_field(task, pieces, p, engine)
     else:
-        extracted = await _extract_chunks(task, pieces, p, engine)
+        extracted = await _extract_chunks(whole, pieces, p, engine)
     return _result(task, extracted, engine, started, typed, notes=[clamped] if clamped else [])
 
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+from concurrent.futures import Future
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import pytest
@@ -16,6 +19,21 @@ from extractor.errors import DocumentError, DocumentTooLargeError
 from .documents import docx_bytes
 
 PARAGRAPHS = ["Made by and between Acme Widgets, Inc. and Beta Labs LLC.", "Governed by the laws of Delaware."]
+
+
+class Unstartable:
+    """A pool whose workers cannot start: what a spawned worker does when the main module cannot be imported again."""
+
+    def __init__(self, *_: object, **__: object) -> None:
+        pass
+
+    def submit(self, *_: object, **__: object) -> Future[object]:
+        broken: Future[object] = Future()
+        broken.set_exception(BrokenProcessPool("a child process terminated abruptly"))
+        return broken
+
+    def shutdown(self, **_: object) -> None:
+        pass
 
 
 def _die(source: object, **_: object) -> None:
@@ -84,8 +102,8 @@ def test_the_default_count_is_half_the_cores_of_a_large_machine_and_none_on_a_sm
     from extractor.config import default_conversion_processes
 
     assert [default_conversion_processes(n) for n in (1, 2, 4, 7, 8, 16, 64)] == [0, 0, 0, 0, 4, 8, 8]
-    assert Settings.from_env({}).conversion_processes == default_conversion_processes()
-    assert Settings.from_env({"EXTRACTOR_CONVERSION_PROCESSES": "0"}).conversion_processes == 0
+    assert Settings.from_env({}).conversion_workers == default_conversion_processes()
+    assert Settings.from_env({"EXTRACTOR_CONVERSION_PROCESSES": "0"}).conversion_workers == 0
 
 
 def test_a_negative_count_is_refused() -> None:
@@ -94,23 +112,8 @@ def test_a_negative_count_is_refused() -> None:
 
 
 def test_workers_that_cannot_start_name_the_setting_not_the_document(monkeypatch: pytest.MonkeyPatch) -> None:
-    from concurrent.futures import Future
-    from concurrent.futures.process import BrokenProcessPool
-
     from extractor.documents import converting
     from extractor.errors import ConfigError
-
-    class Unstartable:  # what a spawned worker does when the main module cannot be imported again
-        def __init__(self, *_: object, **__: object) -> None:
-            pass
-
-        def submit(self, *_: object, **__: object) -> Future[object]:
-            broken: Future[object] = Future()
-            broken.set_exception(BrokenProcessPool("a child process terminated abruptly"))
-            return broken
-
-        def shutdown(self, **_: object) -> None:
-            pass
 
     monkeypatch.setattr(converting, "ProcessPoolExecutor", Unstartable)
     with pytest.raises(ConfigError, match=r"EXTRACTOR_CONVERSION_PROCESSES.*could not start"):
@@ -152,3 +155,32 @@ def test_a_document_sent_while_the_workers_start_waits_for_them_and_names_the_se
 
     outcomes = asyncio.run(both())
     assert all(isinstance(o, ConfigError) and "EXTRACTOR_CONVERSION_PROCESSES" in str(o) for o in outcomes), outcomes
+
+
+def test_a_count_the_machine_chose_falls_back_to_a_thread_when_its_workers_cannot_start(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from extractor import config
+    from extractor.documents import converting
+
+    monkeypatch.setattr(converting, "ProcessPoolExecutor", Unstartable)
+    monkeypatch.setattr(config, "default_conversion_processes", lambda cores=None: 4)  # a large machine's default
+    (tmp_path / "c.docx").write_bytes(docx_bytes(PARAGRAPHS))
+    answer = '{"name": null, "country": "Delaware", "city": null, "category": null, "period": null}'
+
+    async def run(settings: Settings) -> object:
+        async with Extractor(settings=settings, engine=ScriptedEngine(respond=lambda _: answer)) as extractor:
+            first = await extractor.aextract_document("landmark_slots", tmp_path / "c.docx")
+            await extractor.aextract_document("landmark_slots", tmp_path / "c.docx")  # no second attempt to start
+            assert extractor.converter.processes == 0
+            return first
+
+    with caplog.at_level(logging.WARNING, logger="extractor.documents"):
+        result = asyncio.run(run(Settings.from_env({}, engine="scripted")))
+    assert result.data["country"] == "Delaware"  # type: ignore[attr-defined]
+    warned = [r.getMessage() for r in caplog.records if "could not start" in r.getMessage()]
+    assert len(warned) == 1 and "EXTRACTOR_CONVERSION_PROCESSES=0" in warned[0]
+    from extractor.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="EXTRACTOR_CONVERSION_PROCESSES"):  # a count the user set is kept to
+        asyncio.run(run(Settings.from_env({}, engine="scripted", conversion_processes=4)))

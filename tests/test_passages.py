@@ -192,3 +192,53 @@ async def test_a_list_no_passage_answers_is_empty_not_a_failed_document(tmp_path
     result = await extractor.aextract("nda", TEXT)
     assert result.data["party"] == [] and result.data["jurisdiction"] == "New York"
     assert any(n.startswith("/party: no valid answer from passage 0") for n in result.notes)
+
+
+async def test_an_adapter_trained_by_field_learns_and_serves_the_field_requests_only(tmp_path: Path) -> None:
+    from extractor.adapters import manifest
+    from extractor.cli.train import field_tasks
+    from extractor.examples.importing import import_gold
+    from extractor.training import data
+
+    from .documents import docx_bytes
+
+    root = _catalog(tmp_path)
+    (tmp_path / "nda.docx").write_bytes(docx_bytes([p + "." for p in TEXT.split(". ") if p]))
+    label = {"party": ["Acme Widgets Inc."], "effective_date": "2014-05-20", "jurisdiction": "New York", "term": None}
+    (tmp_path / "gold.jsonl").write_text(json.dumps({"file": "nda.docx", "expected": label}) + "\n")
+    lines, _ = import_gold(tmp_path / "gold.jsonl", Catalog.load(root).get("nda"))
+    (root / "examples").mkdir()
+    (root / "examples" / "nda.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    task = Catalog.load(root).get("nda")
+
+    # The training chats: one field over one passage each, as serving asks for it
+    samples, refused = data.samples(task, fields=field_tasks(task))
+    assert not refused and samples
+    answers = [json.loads(s.answer) for s in samples]
+    assert all(len(a) == 1 for a in answers)
+    assert {"effective_date": "May 20, 2014"} in answers  # the words of the text, as the model writes a typed value
+    assert sum(1 for a in answers if "party" in a) >= 1
+    stating = sum(1 for line in lines if any(line["output"].values()))
+    assert len(samples) >= stating and len({s.line for s in samples}) == len(lines)  # null passages teach null too
+    assert all(len(s.messages[-1]["content"]) < 1200 for s in samples)  # a passage, not the document
+    document = lines[0]["source"]["document"]
+    assert data.samples(task, fields=field_tasks(task), documents={document})[0] == []  # held-out documents stay out
+
+    # Served: the field requests go through the adapter, a short text's whole answer through the base model
+    folder = root / "adapters" / "nda"
+    folder.mkdir(parents=True)
+    entry = {"template_sha256": task.fingerprint(), "requests": manifest.BY_FIELD}
+    record = {"format": manifest.FORMAT, "tasks": {"nda": entry}}
+    (folder / manifest.MANIFEST).write_text(json.dumps(record))
+    served = Catalog.load(root).get("nda")
+    assert served.adapter == folder and served.adapter_by_field
+    engine = ScriptedEngine(respond=respond)
+    settings = Settings.from_env({}, home=tmp_path / "home", engine="scripted")
+    extractor = Extractor(settings=settings, engine=engine, catalog=Catalog.load(root))
+    result = await extractor.aextract("nda", TEXT)
+    assert result.data["effective_date"] == "2014-05-20", result.data
+    assert engine.history and {r.adapter for r in engine.history} == {str(folder)}
+    short = ScriptedEngine(respond=lambda _: json.dumps({k: [] if k == "party" else None for k in ANSWERS}))
+    extractor = Extractor(settings=settings, engine=short, catalog=Catalog.load(root))
+    await extractor.aextract("nda", "Nothing of a contract here.")
+    assert [r.adapter for r in short.history] == [None]

@@ -19,6 +19,7 @@ from extractor.errors import ConfigError
 
 MANIFEST = "extractor-adapter.json"
 FORMAT = 1
+BY_FIELD = "by_field"  # a task entry's "requests": the adapter learned one field over a passage at a time
 _EDGE = 1 << 20  # bytes read from each end of a weight file for its fingerprint
 
 
@@ -77,13 +78,19 @@ def write(
     data_hash: str,
     config: Mapping[str, Any],
     metrics: Mapping[str, Any],
+    by_field: bool = False,
 ) -> dict[str, Any]:
-    """Write ``folder``'s manifest: fingerprints of the base model and of each task, data hash, figures."""
+    """Write ``folder``'s manifest: fingerprints of the base model and of each task, data hash, figures.
+
+    ``by_field``: the adapter learned the requests of a task read by field (one field over a
+    passage: :func:`by_field`), which it then serves alone.
+    """
+    entry = {"requests": BY_FIELD} if by_field else {}
     manifest = {
         "format": FORMAT,
         "base_model": model_dir.name,
         "base_model_sha256": model_fingerprint(model_dir),
-        "tasks": {t.name: {"template_sha256": t.fingerprint()} for t in tasks},
+        "tasks": {t.name: {"template_sha256": t.fingerprint(), **entry} for t in tasks},
         "data_sha256": data_hash,
         "config": dict(config),
         "metrics": dict(metrics),
@@ -132,6 +139,12 @@ def check_task(folder: Path, task: Fingerprinted) -> dict[str, Any]:
             f"prompt changed since); run `extractor train {task.name}` again"
         )
     return manifest
+
+
+def by_field(manifest: Mapping[str, Any], task: str) -> bool:
+    """True when the adapter learned ``task``'s requests by field (one field over a passage), not whole answers."""
+    entry = manifest.get("tasks", {}).get(task)
+    return isinstance(entry, Mapping) and entry.get("requests") == BY_FIELD
 
 
 def check_model(folder: Path, model_dir: Path) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import jinja2
 import jinja2.meta
 
-from extractor.adapters.manifest import MANIFEST, AdapterError, check_task
+from extractor.adapters.manifest import MANIFEST, AdapterError, by_field, check_task
 from extractor.catalog import calibration, limits, templating, tuned
 from extractor.catalog.checks import Checked, check_all
 from extractor.catalog.settings import SETTINGS_KEY
@@ -217,10 +217,10 @@ def _with_adapter(where: str, task: Task, root: Path) -> Task:
             raise TaskError(where, f"#/{SETTINGS_KEY}/adapter", f"{folder}: no adapter there (no {MANIFEST})")
         return task
     try:
-        check_task(folder, task)
+        manifest = check_task(folder, task)
     except AdapterError as error:
         raise TaskError(where, f"#/{SETTINGS_KEY}/adapter", str(error)) from None
-    return replace(task, adapter=folder)
+    return replace(task, adapter=folder, adapter_by_field=by_field(manifest, task.name))
 
 
 def _with_reading(task: Task, *, written: Mapping[str, Any], tuned: tuple[dict[str, Any], str] | None) -> Task:

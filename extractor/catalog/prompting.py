@@ -132,6 +132,11 @@ def _example_hints(task: Task, text: str, output: str, document: str | None) -> 
     return hints_block(task, text, without=alike or (json.loads(output),))
 
 
+def answer(task: Task, text: str, output: Mapping[str, Any]) -> str:
+    """``output`` (a pool line's, for ``text``) as the model writes it: typed values as the words stating them."""
+    return _answer(task, text, compact_json(output))
+
+
 @functools.lru_cache(maxsize=4096)
 def _answer(task: Task, text: str, output: str) -> str:
     """A worked example's answer as the model gives it: typed values as the words of the text that state them."""

@@ -62,6 +62,9 @@ class Task:
     instruction_only: bool = False
     # A LoRA adapter trained for this task (``extractor train``): its requests go through it.
     adapter: Path | None = None
+    # The adapter learned the task read by field (one field over a passage): it serves only those
+    # requests (extractor.passages.field_task), and the whole-answer requests go to the base model.
+    adapter_by_field: bool = False
     # A request's own chat (the OpenAI front's ad-hoc tasks): sent as given instead of the
     # template's rendering; a re-ask appends the previous answer and its problems.
     conversation: tuple[Message, ...] = ()

@@ -5,12 +5,19 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from extractor.cli.output import engine_output_to_stderr, print_json
 from extractor.cli.settings import add_settings, settings_from
 from extractor.config import Settings
 from extractor.errors import ExtractorError
+
+if TYPE_CHECKING:
+    from extractor.catalog.tasks import Task
+
+
+# A contract's field request is about 1,100 tokens (a 1,600-character passage, the instruction, hints)
+FIELD_MAX_LENGTH = 2048
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,6 +38,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     train.add_argument("--held-out", type=float, default=0.05, help="share of samples kept for validation loss")
     train.add_argument("--batch-size", type=int, default=8)
     train.add_argument("--learning-rate", type=float, default=2e-4)
+    train.add_argument(
+        "--max-length",
+        type=int,
+        help="tokens a chat keeps, its answer last (default: 512; 2048 for a task read by field, a passage's prompt)",
+    )
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--resume", action="store_true", help="go on from <out>/checkpoint")
     train.add_argument(
@@ -63,8 +75,9 @@ def run(args: argparse.Namespace) -> int:
         raise ExtractorError("--eval scores one task with its own adapter (adapters/<task>): drop --out")
     exclude = data.gold_texts(gold_files)
     kept: list[data.Sample] = []
+    by_field = len(tasks) == 1 and reads_by_field(tasks[0])
     for task in tasks:
-        found, refused = data.samples(task, exclude=exclude)
+        found, refused = data.samples(task, exclude=exclude, fields=field_tasks(task) if by_field else None)
         if refused:
             print(f"{task.name}: {len(refused)} line(s) refused:", file=sys.stderr)
             for line in summarize([str(r) for r in refused]):
@@ -72,10 +85,14 @@ def run(args: argparse.Namespace) -> int:
         kept += found[: args.limit] if args.limit else found
     train_set, held_out = data.split(kept, held_out=args.held_out, seed=args.seed)
     plan = recipe(len(train_set), epochs=args.epochs, rank=args.rank)
-    config = plan.config(learning_rate=args.learning_rate, batch_size=args.batch_size, seed=args.seed)
+    length = args.max_length or (FIELD_MAX_LENGTH if by_field else 512)
+    config = plan.config(
+        learning_rate=args.learning_rate, batch_size=args.batch_size, seed=args.seed, max_length=length
+    )
     model_dir = resolve_model_dir(settings)
     print(
-        f"train: {len(train_set)} samples ({len(held_out)} held out) from {', '.join(args.tasks)} -> {out}; "
+        f"train: {len(train_set)} samples ({len(held_out)} held out) from {', '.join(args.tasks)}"
+        f"{' read by field (one field over a passage a chat)' if by_field else ''} -> {out}; "
         f"{plan.describe()}",
         file=sys.stderr,
     )
@@ -88,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
         config=vars(config)
         | {"samples": len(train_set), "held_out": len(held_out), "held_out_lines": data.lines_by_task(held_out)},
         metrics=report.as_dict(),
+        by_field=by_field,
     )
     metrics = dict(written["metrics"])
     if args.eval:
@@ -95,6 +113,19 @@ def run(args: argparse.Namespace) -> int:
         manifest.add_metrics(out, {"eval": metrics["eval"]})
     print_json({"adapter": str(out), **metrics})
     return 0
+
+
+def reads_by_field(task: Task) -> bool:
+    """The task reads long documents by field (``chunking.by_field``, as a pool imported from documents turns on)."""
+    return task.settings.chunking is not None and task.settings.chunking.by_field
+
+
+def field_tasks(task: Task) -> dict[str, Task]:
+    """Each top-level field's task as serving asks a passage for it, no worked examples: what the adapter learns."""
+    from extractor.passages import field_task
+    from extractor.training.data import bare
+
+    return {name: field_task(bare(task), name) for name in task.schema.get("properties", {})}
 
 
 def _score_adapter(settings: Settings, task: str, path: Path) -> dict[str, Any]:

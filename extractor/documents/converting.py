@@ -17,6 +17,7 @@ and the other documents go on.
 from __future__ import annotations
 
 import asyncio
+import logging
 import multiprocessing
 import threading
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -26,14 +27,22 @@ from pathlib import Path
 from extractor.documents import Document, Limits, convert, read
 from extractor.errors import ConfigError, DocumentError
 
+log = logging.getLogger("extractor.documents")
+
 
 class Converter:
-    """Converts documents off the caller's event loop; ``processes`` 0: in a worker thread."""
+    """Converts documents off the caller's event loop; ``processes`` 0: in a worker thread.
 
-    def __init__(self, processes: int = 0) -> None:
+    ``fallback``: workers that cannot start (a script without ``if __name__ == "__main__":``) leave
+    a warning and a thread to convert in, rather than a :class:`~extractor.errors.ConfigError`: for
+    a count the machine chose, not one the user set.
+    """
+
+    def __init__(self, processes: int = 0, *, fallback: bool = False) -> None:
         if processes < 0:
             raise ValueError("processes must be >= 0")
         self.processes = processes
+        self.fallback = fallback
         self._pool: ProcessPoolExecutor | None = None
         self._probe: Future[int] = Future()  # the current pool's start check
         self._lock = threading.Lock()
@@ -53,9 +62,9 @@ class Converter:
         return await self._run(convert, data, media_type=media_type, name=name, limits=limits)
 
     async def _run(self, function: object, source: str | bytes, **arguments: object) -> Document:
-        if self.processes == 0:
+        pool = await self._started() if self.processes else None
+        if pool is None:
             return await asyncio.to_thread(function, source, **arguments)  # type: ignore[arg-type]
-        pool = await self._started()
         try:
             return await asyncio.wrap_future(pool.submit(function, source, **arguments))  # type: ignore[arg-type]
         except BrokenProcessPool:
@@ -66,11 +75,12 @@ class Converter:
                 "check that the file is complete, or convert it to PDF again"
             ) from None
 
-    async def _started(self) -> ProcessPoolExecutor:
+    async def _started(self) -> ProcessPoolExecutor | None:
         """The pool, its first worker checked to start: a worker that cannot start is no document's fault.
 
         Every caller awaits the same check, so a document sent while the workers are still starting
-        waits for them and, if they cannot start, gets the setting's error rather than its own.
+        waits for them and, if they cannot start, gets the setting's error rather than its own
+        (None with ``fallback``: convert in a thread).
         """
         with self._lock:
             if self._pool is None:
@@ -81,6 +91,15 @@ class Converter:
             await asyncio.wrap_future(probe)
         except BrokenProcessPool:
             self._forget(pool)
+            if self.fallback:
+                if self.processes:
+                    log.warning(
+                        "the document conversion workers could not start (a script that starts them needs "
+                        '`if __name__ == "__main__":`); documents convert in a thread '
+                        "(EXTRACTOR_CONVERSION_PROCESSES=0 says so and skips the attempt)"
+                    )
+                self.processes = 0
+                return None
             raise ConfigError(
                 "EXTRACTOR_CONVERSION_PROCESSES: the conversion workers could not start (a script that starts "
                 'them needs `if __name__ == "__main__":`, and cannot be read from stdin); set it to 0 to '

@@ -13,13 +13,13 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
-from extractor.catalog.prompting import render
+from extractor.catalog.prompting import answer, render
 from extractor.catalog.tasks import Task
-from extractor.catalog.templating import compact_json
 from extractor.engines.base import Message
 from extractor.errors import ExtractorError
 from extractor.examples.pool import check_line
@@ -56,8 +56,21 @@ def bare(task: Task) -> Task:
     return replace(task, examples=(), pool=None, settings=replace(task.settings, examples_from_pool=None))
 
 
-def samples(task: Task, *, exclude: Collection[str] = ()) -> tuple[list[Sample], list[Refusal]]:
-    """Every usable line of the task's pool as a :class:`Sample`, and every refused line."""
+def samples(
+    task: Task,
+    *,
+    exclude: Collection[str] = (),
+    fields: Mapping[str, Task] | None = None,
+    documents: Collection[str] = (),
+) -> tuple[list[Sample], list[Refusal]]:
+    """Every usable line of the task's pool as a :class:`Sample`, and every refused line.
+
+    ``fields``: the task read by field, each top-level field's narrowed task
+    (:func:`extractor.passages.field_task` of :func:`bare`): a line becomes one chat per field it
+    states, and one per field when it states nothing (a passage teaches null where no label sits),
+    each answer that field alone, as serving asks a passage for it. ``documents``: lines imported
+    from these documents (their ``source``) are left out, as held out.
+    """
     path = task.schema_path.parent.parent / "examples" / f"{task.name}.jsonl"
     if not path.is_file():
         return [], [Refusal(task.name, path, 0, "no example pool: training needs examples/<task>.jsonl")]
@@ -70,16 +83,35 @@ def samples(task: Task, *, exclude: Collection[str] = ()) -> tuple[list[Sample],
             if not raw.strip():
                 continue
             try:
-                example = check_line(raw, validator=task.validator, ungrounded=task.ungrounded)
+                # a typed value is the label's reading (a date as 2014-05-20), not the words: checked as the pool is
+                example = check_line(raw, validator=task.validator, ungrounded=task.ungrounded | frozenset(task.values))
             except ValueError as error:
                 refused.append(Refusal(task.name, path, number, str(error)))
                 continue
             if example.text.strip() in excluded:
                 refused.append(Refusal(task.name, path, number, "the text is in the evaluation's gold file"))
                 continue
+            if example.source is not None and example.source.document in documents:
+                continue
+            if fields is not None:
+                kept += _by_field(task.name, number, example.text, example.output, fields)
+                continue
             messages = tuple(render(shown, example.text, without=(example.output,)))
-            kept.append(Sample(task.name, number, messages, compact_json(example.output)))
+            kept.append(Sample(task.name, number, messages, answer(shown, example.text, example.output)))
     return kept, refused
+
+
+def _by_field(name: str, number: int, text: str, output: Mapping[str, Any], fields: Mapping[str, Task]) -> list[Sample]:
+    """One pool line's chats read by field: each field it states, or every field when it states none."""
+    stated = [f for f in fields if output.get(f) not in (None, [])]
+    found: list[Sample] = []
+    for field in stated or list(fields):
+        narrowed, own = fields[field], {field: output.get(field)}
+        if not narrowed.validator.is_valid(own):  # a field that must be stated: no null to learn
+            continue
+        messages = tuple(render(narrowed, text, without=(output,)))
+        found.append(Sample(name, number, messages, answer(narrowed, text, own)))
+    return found
 
 
 def gold_texts(paths: Sequence[Path]) -> set[str]:

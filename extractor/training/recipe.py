@@ -32,7 +32,7 @@ class Recipe:
     rank: int
     chosen: tuple[str, ...] = ()
 
-    def config(self, *, learning_rate: float, batch_size: int, seed: int = 0) -> TrainConfig:
+    def config(self, *, learning_rate: float, batch_size: int, seed: int = 0, max_length: int = 512) -> TrainConfig:
         """The trainer's settings for this recipe (alpha twice the rank)."""
         return TrainConfig(
             epochs=self.epochs,
@@ -40,6 +40,7 @@ class Recipe:
             alpha=2 * self.rank,
             learning_rate=learning_rate,
             batch_size=batch_size,
+            max_length=max_length,
             seed=seed,
         )
 
