@@ -277,7 +277,9 @@ class ChatRequest(BaseModel):
     query: str = Field(
         min_length=1,
         description="the user's message",
-        json_schema_extra={"pattern": r"\S"},  # some text, not only spaces: checked by the chat (a 422 naming `query`)
+        # some text, not only spaces: checked by the chat (a 422 naming `query`). Python's strip() also takes
+        # U+001C-U+001F and U+0085, which a schema's \s (ECMA 262) does not: the pattern names them too
+        json_schema_extra={"pattern": r"[^\s\u001c-\u001f\u0085]"},
     )
     history: list[Turn] = Field(default_factory=list, description="earlier [user, assistant] turns, oldest first")
     system: str = "You are a helpful assistant."
