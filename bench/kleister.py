@@ -148,7 +148,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     ready = time.perf_counter() - started
     options = Options(chunk=True)
     task = catalog.tasks["nda"]
-    by_field = bool(task.settings.chunking and task.settings.chunking.by_field)
+    by_field = task.reads_by_field
     print(f"nda: reading by field {by_field}, learned {dict(task.reading)}")
     gate = asyncio.Semaphore(args.concurrency)
     records: list[dict[str, Any]] = []

@@ -88,6 +88,11 @@ class Task:
     reading: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     @property
+    def reads_by_field(self) -> bool:
+        """Whether a long document is read field by field (``chunking.by_field``; a pool from documents turns it on)."""
+        return self.settings.chunking is not None and self.settings.chunking.by_field
+
+    @property
     def uses_pool(self) -> bool:
         """Whether requests draw their worked examples from the pool."""
         settings = self.settings.examples_from_pool

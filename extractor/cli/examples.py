@@ -51,8 +51,7 @@ def run(args: argparse.Namespace) -> int:
         from extractor.jobs import tuning
 
         pooled = Catalog.load(settings.tasks_dir, backend=settings.grammar_backend).tasks.get(task.name)
-        by_field = pooled is not None and pooled.settings.chunking is not None and pooled.settings.chunking.by_field
-        if pooled is not None and report.documents and pooled.reading and by_field:
+        if pooled is not None and report.documents and pooled.reading and pooled.reads_by_field:
             print(
                 f"read field by field as the documents taught; `extractor tune {task.name} --documents {args.gold}` "
                 f"measures each field's reading on them, whole ({len(tuning.reading_candidates(pooled))} runs)",

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
             print(
                 f"{name:32} {len(task.fields):3} fields  {len(task.examples)} examples {pool}  {model:12} {task.title}"
             )
-            if task.reading and task.settings.chunking is not None and task.settings.chunking.by_field:
+            if task.reading and task.reads_by_field:
                 read = ", ".join(f"{f} {v}" for f, v in _reading(task, settings.tasks_dir).items())
                 print(f"  reads long documents field by field: {read}")
             for warning in task.warnings:

@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         raise ExtractorError("--eval scores one task with its own adapter (adapters/<task>): drop --out")
     exclude = data.gold_texts(gold_files)
     kept: list[data.Sample] = []
-    by_field = len(tasks) == 1 and reads_by_field(tasks[0])
+    by_field = len(tasks) == 1 and tasks[0].reads_by_field
     for task in tasks:
         found, refused = data.samples(task, exclude=exclude, fields=field_tasks(task) if by_field else None)
         if refused:
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         kept += found[: args.limit] if args.limit else found
     train_set, held_out = data.split(kept, held_out=args.held_out, seed=args.seed)
     plan = recipe(len(train_set), epochs=args.epochs, rank=args.rank)
-    length = args.max_length or (FIELD_MAX_LENGTH if by_field else 512)
+    length = args.max_length or (FIELD_MAX_LENGTH if by_field else trainer.TrainConfig.max_length)
     config = plan.config(
         learning_rate=args.learning_rate, batch_size=args.batch_size, seed=args.seed, max_length=length
     )
@@ -113,11 +113,6 @@ def run(args: argparse.Namespace) -> int:
         manifest.add_metrics(out, {"eval": metrics["eval"]})
     print_json({"adapter": str(out), **metrics})
     return 0
-
-
-def reads_by_field(task: Task) -> bool:
-    """The task reads long documents by field (``chunking.by_field``, as a pool imported from documents turns on)."""
-    return task.settings.chunking is not None and task.settings.chunking.by_field
 
 
 def field_tasks(task: Task) -> dict[str, Task]:

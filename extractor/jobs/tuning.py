@@ -156,7 +156,7 @@ def reading_candidates(task: Task, current: Mapping[str, str] | None = None) -> 
     (``chunking.by_field``), so one run per variant measures each field under it, and
     :func:`by_field` then chooses per field. ``current``: each field's variant in the tuned file.
     """
-    if task.settings.chunking is None or not task.settings.chunking.by_field or not task.reading:
+    if not task.reads_by_field or not task.reading:
         raise ConfigError(
             f"task {task.name!r} does not read its documents field by field (a pool imported from labelled "
             "documents turns it on, unless the schema or tuned/<task>.json says chunking.by_field false): "
