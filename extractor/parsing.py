@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -120,6 +121,60 @@ def _document_position(value: Any, path: Iterable[Any]) -> list[int]:
             position.append(0)
             node = None
     return position
+
+
+def drop_repeats(validator: Validator, value: Any) -> tuple[Any, list[str]]:
+    """``value`` with each array its schema holds to ``uniqueItems`` keeping the first of equal items.
+
+    No grammar backend keeps an array's items apart while decoding, and a small model that loops
+    writes one item again word for word (a search request's one condition eight times). Items
+    repeated are no information in an array whose schema says they are unique, so they are dropped
+    rather than sent back for a re-ask, with a note for each array (``/conditions: 7 repeated items
+    dropped (uniqueItems)``). Equal as JSON Schema compares (``1`` and ``1.0`` alike, ``true`` and
+    ``1`` not). Returns ``value`` itself when nothing repeats.
+    """
+    notes: list[str] = []
+    for _ in range(MAX_DEPTH):  # inner arrays first: dropping in one can make the items around it equal
+        found = [e for e in validator.iter_errors(value) if e.validator == "uniqueItems"]
+        if not found:
+            break
+        if not notes:
+            value = copy.deepcopy(value)
+        deepest = max(found, key=lambda e: len(e.absolute_path))
+        array = _at(value, deepest.absolute_path)
+        if not isinstance(array, list):
+            break
+        first: dict[str, Any] = {}
+        for item in array:
+            first.setdefault(_key(item), item)
+        kept = list(first.values())
+        if len(kept) == len(array):
+            break
+        where = join(deepest.absolute_path) or "/"
+        notes.append(f"{where}: {len(array) - len(kept)} repeated items dropped (uniqueItems)")
+        array[:] = kept
+    return value, notes
+
+
+def _at(value: Any, path: Iterable[Any]) -> Any:
+    for part in path:
+        value = value[part]
+    return value
+
+
+def _key(item: Any) -> str:
+    """One text per item JSON Schema calls equal: integral floats as integers, booleans apart."""
+
+    def canon(x: Any) -> Any:
+        if isinstance(x, float) and x.is_integer():
+            return int(x)
+        if isinstance(x, Mapping):
+            return {k: canon(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [canon(v) for v in x]
+        return x
+
+    return json.dumps(canon(item), sort_keys=True)
 
 
 def parse_and_validate(raw: str, validator: Validator) -> Parsed:

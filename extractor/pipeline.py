@@ -30,7 +30,7 @@ from extractor.engines.base import Engine, Generation, GenerationRequest
 from extractor.errors import ChunkedExtractionFailed, ExtractionFailed, InputError, TextTooLongError
 from extractor.grounding import GroundingPolicy, Span
 from extractor.options import Options
-from extractor.parsing import Parsed, parse, parse_and_validate, validate
+from extractor.parsing import Parsed, drop_repeats, parse, validate
 from extractor.results import Attempt, ChunkModel, ExtractionResult, SpanModel, Usage
 from extractor.review import agreement, confidence
 from extractor.schema import escape, join, node_at, unescape
@@ -366,19 +366,23 @@ class Answer:
 def read_answer(task: Task, raw: str, p: Plan, *, text: str = "") -> Answer:
     """Parse (repairing), type the value fields from their evidence, validate against the task schema.
 
+    Items an array repeats where the schema says ``uniqueItems`` are dropped first, with a note
+    (:func:`extractor.parsing.drop_repeats`).
+
     Evidence the model cut short ("2014" of "May 20, 2014") is widened to the phrase of ``text`` that
     holds it, evidence that runs past its phrase narrowed to it (:func:`extractor.values.phrases.fit`),
     before it is read.
     """
-    if not task.values:
-        parsed = parse_and_validate(raw, task.validator)
-        return Answer(parsed, parsed.value)
     first = parse(raw)
     if not first.ok:
         return Answer(first, None)
+    value, dropped = drop_repeats(task.validator, first.value) if task.drops_repeats else (first.value, [])
+    if not task.values:
+        parsed = Parsed(value=value, repaired=first.repaired, errors=tuple(validate(task.validator, value)))
+        return Answer(parsed, value, notes=dropped)
     ctx = _context(task, p)
-    fitted_notes: list[str] = []
-    evidence_data = _fitted(task, first.value, text, "", ctx, fitted_notes) if text else first.value
+    fitted_notes: list[str] = [*dropped]
+    evidence_data = _fitted(task, value, text, "", ctx, fitted_notes) if text else value
     applied = values.apply(evidence_data, task.values, ctx)
     # A value that could not be read has its own line; the schema's complaint at it would say less.
     errors = [

@@ -251,16 +251,29 @@ def test_a_bad_schema_is_a_400_naming_the_pointer(live: Live) -> None:
 
 
 def test_without_strict_an_unenforced_keyword_is_checked_after_generation(live: Live) -> None:
-    schema = {"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}
+    schema = {"type": "object", "properties": {"tags": {"type": "array", "contains": {"const": "b"}}}}
     fmt = {"type": "json_schema", "json_schema": {"name": "tags", "schema": schema}}
-    live.engine.enqueue(['{"tags": ["a", "a"]}', '{"tags": ["a", "b"]}'])
+    live.engine.enqueue(['{"tags": ["a"]}', '{"tags": ["a", "b"]}'])
     answer = live.client().chat.completions.create(
         model="scripted",
         messages=[{"role": "user", "content": TEXT}],
         response_format=fmt,  # type: ignore[arg-type]
     )
-    assert json.loads(answer.choices[0].message.content or "") == {"tags": ["a", "b"]}  # the repeat re-asked
-    assert "uniqueItems" not in json.dumps(live.engine.history[0].json_schema)
+    assert json.loads(answer.choices[0].message.content or "") == {"tags": ["a", "b"]}  # the miss re-asked
+    assert "contains" not in json.dumps(live.engine.history[0].json_schema)
+
+
+def test_repeated_items_of_a_unique_items_array_are_dropped_not_re_asked(live: Live) -> None:
+    schema = {"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "tags", "schema": schema}}
+    live.engine.enqueue(['{"tags": ["a", "a", "b"]}'])
+    answer = live.client().chat.completions.create(
+        model="scripted",
+        messages=[{"role": "user", "content": TEXT}],
+        response_format=fmt,  # type: ignore[arg-type]
+    )
+    assert json.loads(answer.choices[0].message.content or "") == {"tags": ["a", "b"]}
+    assert len(live.engine.history) == 1 and "uniqueItems" not in json.dumps(live.engine.history[0].json_schema)
 
 
 def test_requests_extractor_cannot_serve_are_400s_and_unknown_models_404(live: Live) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from jsonschema.validators import Draft202012Validator
 
-from extractor.parsing import Parsed, parse, parse_and_validate, validate
+from extractor.parsing import Parsed, drop_repeats, parse, parse_and_validate, validate
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -139,3 +139,42 @@ def test_parse_and_validate_unparseable_skips_validation() -> None:
     assert parsed.value is None
     assert len(parsed.errors) == 1
     assert "not valid JSON" in parsed.errors[0]
+
+
+# --- drop_repeats ------------------------------------------------------------------------------
+
+UNIQUE = Draft202012Validator(
+    {
+        "type": "object",
+        "properties": {
+            "tags": {"type": "array", "uniqueItems": True, "items": {"type": "string"}},
+            "rows": {
+                "type": "array",
+                "uniqueItems": True,
+                "items": {"type": "object", "properties": {"n": {}, "also": {"type": "array", "uniqueItems": True}}},
+            },
+            "free": {"type": "array"},
+        },
+    }
+)
+
+
+def test_repeats_are_dropped_where_the_schema_says_unique_items_and_kept_elsewhere() -> None:
+    value = {"tags": ["a", "b", "a", "a"], "free": ["x", "x"]}
+    kept, notes = drop_repeats(UNIQUE, value)
+    assert kept == {"tags": ["a", "b"], "free": ["x", "x"]}  # the first of each, in order
+    assert notes == ["/tags: 2 repeated items dropped (uniqueItems)"]
+    assert value["tags"] == ["a", "b", "a", "a"]  # the answer as written is left as it was
+    assert drop_repeats(UNIQUE, kept) == (kept, [])
+
+
+def test_repeats_are_equal_as_json_schema_compares_and_inner_arrays_go_first() -> None:
+    rows = [{"n": 1, "also": [2, 2.0]}, {"n": 1.0, "also": [2]}, {"n": True, "also": []}]
+    kept, notes = drop_repeats(UNIQUE, {"rows": rows})
+    # [2, 2.0] holds one item once dropped, so the second row repeats the first; true is not 1
+    assert kept == {"rows": [{"n": 1, "also": [2]}, {"n": True, "also": []}]}
+    assert notes == [
+        "/rows/0/also: 1 repeated items dropped (uniqueItems)",
+        "/rows: 1 repeated items dropped (uniqueItems)",
+    ]
+    assert UNIQUE.is_valid(kept)

@@ -159,3 +159,19 @@ async def test_many_texts_one_result_or_error_each(extractor: Extractor, engine:
     engine.enqueue([GOOD, GOOD])
     results = await extractor.aextract_many("landmark_slots", [LANDMARK_TEXT, "", LANDMARK_TEXT])
     assert [type(r).__name__ for r in results] == ["ExtractionResult", "InputError", "ExtractionResult"]
+
+
+async def test_a_condition_written_again_word_for_word_is_dropped_with_a_note(
+    extractor: Extractor, engine: ScriptedEngine
+) -> None:
+    # query_conditions holds its conditions to uniqueItems; a small model that loops repeats one
+    city = {"field": "city", "operator": "eq", "value": "Rome"}
+    price = {"field": "price", "operator": "lt", "value": "200 euros"}
+    engine.enqueue([json.dumps({"conditions": [city, city, price, city]})])
+    result = await extractor.aextract("query_conditions", "hotels in Rome under 200 euros")
+    assert len(result.attempts) == 1 and result.attempts[0].errors == []  # no re-ask spent on it
+    assert [c["field"] for c in result.data["conditions"]] == ["city", "price"]
+    assert result.data["conditions"][1]["value"] == 200 and result.data["conditions"][1]["unit"] == "EUR"
+    assert "/conditions: 2 repeated items dropped (uniqueItems)" in result.notes
+    assert {s.path for s in result.spans} >= {"/conditions/0/value", "/conditions/1/value"}
+    assert not any(s.path.startswith(("/conditions/2", "/conditions/3")) for s in result.spans)

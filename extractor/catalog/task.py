@@ -12,6 +12,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from extractor.catalog.calibration import Calibration
 from extractor.catalog.settings import TaskSettings
 from extractor.engines.base import Message
 from extractor.examples.pool import Example, ExamplePool
-from extractor.schema import resolve
+from extractor.schema import resolve, walk
 from extractor.typed import TypedModel
 from extractor.values import ValueField
 
@@ -91,6 +92,12 @@ class Task:
     def reads_by_field(self) -> bool:
         """Whether a long document is read field by field (``chunking.by_field``; a pool from documents turns it on)."""
         return self.settings.chunking is not None and self.settings.chunking.by_field
+
+    @cached_property
+    def drops_repeats(self) -> bool:
+        """Whether the schema holds an array to ``uniqueItems``: an answer's repeated items there are dropped."""
+        # ``schema`` is as decoded, which leaves uniqueItems out (no grammar backend enforces it)
+        return any(node.get("uniqueItems") is True for _, node in walk(self.source_schema or self.schema))
 
     @property
     def uses_pool(self) -> bool:

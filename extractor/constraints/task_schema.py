@@ -114,7 +114,12 @@ def prepare(where: str, source: Mapping[str, Any], *, backend: GrammarBackend, a
             f"{backend} does not enforce {keyword!r} while decoding ({reason}){others}; remove it, or drop "
             f'"strict_enforcement" from "{SETTINGS_KEY}" to check it after generation only',
         )
-    warnings += [f"{where}: {p}: {backend} does not enforce {k!r} (checked after generation only)" for p, k, _ in found]
+    # uniqueItems holds without the grammar: an answer's repeated items are dropped (extractor.parsing.drop_repeats).
+    warnings += [
+        f"{where}: {p}: {backend} does not enforce {k!r} (checked after generation only)"
+        for p, k, _ in found
+        if k != "uniqueItems"
+    ]
     return TaskSchema(
         source=source,
         draft=draft,
