@@ -196,8 +196,8 @@ async def test_a_list_no_passage_answers_is_empty_not_a_failed_document(tmp_path
 
 async def test_an_adapter_trained_by_field_learns_and_serves_the_field_requests_only(tmp_path: Path) -> None:
     from extractor.adapters import manifest
-    from extractor.cli.train import field_tasks
     from extractor.examples.importing import import_gold
+    from extractor.jobs.adapting import field_tasks
     from extractor.training import data
 
     from .documents import docx_bytes

@@ -348,3 +348,51 @@ def test_labelled_documents_are_converted_under_the_settings_limits(imported: Pa
     (tmp_path / "gone.jsonl").write_text(json.dumps({"file": "nowhere.pdf", "expected": {"party": []}}) + "\n")
     with pytest.raises(ValueError, match=r"nowhere\.pdf: no such file"):
         read_documents(tmp_path / "gone.jsonl", task)
+
+
+@pytest.mark.parametrize("learns", [True, False])
+def test_tune_by_document_trains_an_adapter_and_keeps_it_only_beyond_noise(
+    imported: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, learns: bool
+) -> None:
+    import extractor.api
+    import extractor.models
+    from extractor import ScriptedEngine
+    from extractor.adapters import manifest
+    from extractor.catalog.tuned import tuned_path
+    from extractor.cli import main
+    from extractor.jobs import adapting
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    trained: dict[str, Any] = {}
+
+    def train(tasks: Any, out: Path, model_dir: Path, how: Any, *, documents: Any = (), **_: Any) -> dict[str, Any]:
+        trained.update(documents=set(documents), limit=how.limit)  # what extractor train writes, without torch
+        out.mkdir(parents=True)
+        manifest.write(out, model_dir=model_dir, tasks=list(tasks), data_hash="d", config={}, metrics={}, by_field=True)
+        return {}
+
+    def answer(request: Any) -> str:  # the adapter learned the law the base model leaves out
+        said = json.loads(answer_from_the_passage(request))
+        if "jurisdiction" in said and not (learns and request.adapter):
+            said["jurisdiction"] = None
+        return json.dumps(said)
+
+    monkeypatch.setattr(adapting, "train", train)
+    monkeypatch.setattr(extractor.models, "resolve_model_dir", lambda settings: model)
+    monkeypatch.setattr(extractor.api, "create_engine", lambda *a, **k: ScriptedEngine(respond=answer))
+    command = ["tune", "nda", "--documents", str(tmp_path / "gold.jsonl"), "--tasks-dir", str(imported)]
+    assert main([*command, "--engine", "scripted", "--docs", "3", "--folds", "3", "--train", "--train-limit", "9"]) == 0
+    # trained on the passages of the two documents tune does not measure on
+    assert len(trained["documents"]) == 3 and trained["limit"] == 9
+    body = json.loads(tuned_path(imported, "nda").read_text())
+    row = next(r for r in body["candidates"] if r["label"].endswith(", adapter"))
+    assert row["settings"]["adapter"] == "tuned/nda.adapter" and len(row["f1_vs_best"]) == 3
+    task = Catalog.load(imported).get("nda")
+    if learns:  # every measured document gains its law: beyond noise, kept and served by field
+        assert body["x-extractor"]["adapter"] == "tuned/nda.adapter" and row["f1_vs_best"][1] > 0
+        assert task.adapter == imported / "tuned" / "nda.adapter" and task.adapter_by_field
+    else:  # no gain: the chosen readings stay, and the adapter's folder goes
+        assert "adapter" not in body["x-extractor"] and task.adapter is None
+        assert not (imported / "tuned" / "nda.adapter").exists()

@@ -56,7 +56,8 @@ TUNED_SETTINGS: dict[str, Any] = {
             "properties": {"by_field": {"type": "boolean"}},
         },
         READING: {"type": "object", "additionalProperties": {"enum": list(VARIANTS)}},
-        "adapter": {"type": "boolean"},
+        # false: served without the task's adapter; a folder under the catalog root: tune --train's
+        "adapter": {"type": ["boolean", "string"], "minLength": 1, "pattern": "^tuned/[^/]+[.]adapter$"},
         "model": {"type": "string", "minLength": 1},
     },
 }

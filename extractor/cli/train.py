@@ -5,19 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from extractor.cli.output import engine_output_to_stderr, print_json
 from extractor.cli.settings import add_settings, settings_from
 from extractor.config import Settings
 from extractor.errors import ExtractorError
-
-if TYPE_CHECKING:
-    from extractor.catalog.tasks import Task
-
-
-# A contract's field request is about 1,100 tokens (a 1,600-character passage, the instruction, hints)
-FIELD_MAX_LENGTH = 2048
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -59,10 +52,9 @@ def run(args: argparse.Namespace) -> int:
     """Train one adapter on the tasks' pools and print its manifest's metrics as JSON."""
     from extractor.adapters import manifest
     from extractor.catalog.tasks import Catalog
-    from extractor.examples.pool import summarize
+    from extractor.jobs import adapting
     from extractor.models import resolve_model_dir
-    from extractor.training import data, trainer
-    from extractor.training.recipe import recipe
+    from extractor.training import data
 
     settings = settings_from(args)
     catalog = Catalog.load(settings.tasks_dir, backend=settings.grammar_backend)
@@ -73,54 +65,24 @@ def run(args: argparse.Namespace) -> int:
     gold_files = [Path(p) for p in [*args.exclude, *([args.eval] if args.eval else [])]]
     if args.eval and (args.out is not None or len(tasks) > 1):
         raise ExtractorError("--eval scores one task with its own adapter (adapters/<task>): drop --out")
+    how = adapting.Training(
+        epochs=args.epochs,
+        rank=args.rank,
+        limit=args.limit,
+        held_out=args.held_out,
+        batch_size=args.batch_size,
+        learning_rate=args.learning_rate,
+        max_length=args.max_length,
+        seed=args.seed,
+        resume=args.resume,
+    )
     exclude = data.gold_texts(gold_files)
-    kept: list[data.Sample] = []
-    by_field = len(tasks) == 1 and tasks[0].reads_by_field
-    for task in tasks:
-        found, refused = data.samples(task, exclude=exclude, fields=field_tasks(task) if by_field else None)
-        if refused:
-            print(f"{task.name}: {len(refused)} line(s) refused:", file=sys.stderr)
-            for line in summarize([str(r) for r in refused]):
-                print(f"  {line}", file=sys.stderr)
-        kept += found[: args.limit] if args.limit else found
-    train_set, held_out = data.split(kept, held_out=args.held_out, seed=args.seed)
-    plan = recipe(len(train_set), epochs=args.epochs, rank=args.rank)
-    length = args.max_length or (FIELD_MAX_LENGTH if by_field else trainer.TrainConfig.max_length)
-    config = plan.config(
-        learning_rate=args.learning_rate, batch_size=args.batch_size, seed=args.seed, max_length=length
-    )
-    model_dir = resolve_model_dir(settings)
-    print(
-        f"train: {len(train_set)} samples ({len(held_out)} held out) from {', '.join(args.tasks)}"
-        f"{' read by field (one field over a passage a chat)' if by_field else ''} -> {out}; "
-        f"{plan.describe()}",
-        file=sys.stderr,
-    )
-    report = trainer.train(model_dir, train_set, held_out, out, config, resume=args.resume)
-    written = manifest.write(
-        out,
-        model_dir=model_dir,
-        tasks=tasks,
-        data_hash=data.digest(train_set),
-        config=vars(config)
-        | {"samples": len(train_set), "held_out": len(held_out), "held_out_lines": data.lines_by_task(held_out)},
-        metrics=report.as_dict(),
-        by_field=by_field,
-    )
-    metrics = dict(written["metrics"])
+    metrics = adapting.train(tasks, out, resolve_model_dir(settings), how, exclude=exclude)
     if args.eval:
         metrics["eval"] = _score_adapter(settings, tasks[0].name, Path(args.eval))
         manifest.add_metrics(out, {"eval": metrics["eval"]})
     print_json({"adapter": str(out), **metrics})
     return 0
-
-
-def field_tasks(task: Task) -> dict[str, Task]:
-    """Each top-level field's task as serving asks a passage for it, no worked examples: what the adapter learns."""
-    from extractor.passages import field_task
-    from extractor.training.data import bare
-
-    return {name: field_task(bare(task), name) for name in task.schema.get("properties", {})}
 
 
 def _score_adapter(settings: Settings, task: str, path: Path) -> dict[str, Any]:

@@ -53,6 +53,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     tune.add_argument(
         "--no-try-model", dest="try_others", action="store_false", help="measure the task's own model only"
     )
+    tune.add_argument(
+        "--train",
+        action="store_true",
+        help="with --documents: also train an adapter on the pool's passages of the documents it does not "
+        "measure on, and keep it where it beats the chosen readings beyond noise (tuned/<task>.adapter)",
+    )
+    tune.add_argument("--train-limit", type=int, help="with --train: at most this many training chats")
     tune.add_argument("--seed", type=int, default=0)
     tune.add_argument("--concurrency", type=int, help="requests at once (default: max-num-seqs)")
     add_settings(tune)
@@ -151,12 +158,16 @@ def _by_document(args: argparse.Namespace, extractor: Extractor, task: Task) -> 
         file=sys.stderr,
     )
 
+    started = time.perf_counter()
     rows = _measure(args, extractor, cases, options, args.budget, _shown)
     print(
         f"{memo.recalled} of {memo.asked} requests were one already read: answered once, read once",
         file=sys.stderr,
     )
     chosen, fields = tuning.by_field(rows)
+    if args.train:
+        left = None if args.budget is None else args.budget - (time.perf_counter() - started)
+        chosen = _adapter_row(args, extractor, task, cases, rows, chosen, left)
     print(tuning.table(rows, chosen))
     print()
     print(tuning.field_table(fields))
@@ -169,6 +180,64 @@ def _by_document(args: argparse.Namespace, extractor: Extractor, task: Task) -> 
     )
     print(f"written to {written} (a running service picks it up)", file=sys.stderr)
     return 0
+
+
+def _adapter_row(
+    args: argparse.Namespace,
+    extractor: Extractor,
+    task: Task,
+    cases: Sequence[Case],
+    rows: list[tuning.Row],
+    chosen: tuning.Row,
+    budget: float | None,
+) -> tuning.Row:
+    """``--train``: an adapter trained on the passages of the documents no case reads, measured in the same folds.
+
+    Half of what is left of the budget trains (the adapter saved as trained when it is spent), the
+    rest measures. The adapter's row joins ``rows``; it is the one chosen only where it beats
+    ``chosen`` beyond noise, and its folder is removed where it is not.
+    """
+    import shutil
+    from dataclasses import replace
+
+    from extractor.api import Extractor
+    from extractor.catalog.reload import load_catalog
+    from extractor.jobs import adapting, tuning
+    from extractor.models import resolve_model_dir
+    from extractor.training.trainer import TrainingError
+
+    if budget is not None and budget <= 0:
+        print("--train: the budget is spent: no adapter trained", file=sys.stderr)
+        return chosen
+    settings = extractor.settings
+    relative = tuning.adapter_folder(task.name)
+    folder = settings.tasks_dir / relative
+    held = {c.document for c in cases if c.document is not None}
+    started = time.perf_counter()
+    deadline = None if budget is None else started + budget / 2
+    how = adapting.Training(limit=args.train_limit, seed=args.seed)
+    try:
+        adapting.train([task], folder, resolve_model_dir(settings), how, documents=held, deadline=deadline)
+    except TrainingError as error:
+        print(f"--train: no adapter ({error})", file=sys.stderr)
+        return chosen
+    catalog = load_catalog(settings.tasks_dir, backend=settings.grammar_backend, pools=settings.pools_dir)
+    catalog.tasks[task.name] = replace(catalog.get(task.name), adapter=folder, adapter_by_field=task.reads_by_field)
+    served = Extractor(settings=settings, catalog=catalog, tasks=[task.name])
+    left = None if budget is None else max(1.0, budget - (time.perf_counter() - started))
+    candidate = tuning.adapter_candidate(chosen, relative)
+    measured = _measure(args, served, cases, [candidate], left, _shown)
+    rows += measured
+    kept = tuning.with_adapter(chosen, measured[0])
+    gain = measured[0].against_best
+    print(
+        f"the adapter against {chosen.candidate.label}: {gain.shown() if gain else 'not measured in full'}"
+        f"{'' if kept is chosen else ', kept'}",
+        file=sys.stderr,
+    )
+    if kept is chosen and not args.dry_run:
+        shutil.rmtree(folder, ignore_errors=True)
+    return kept
 
 
 def _shown(row: tuning.Row) -> None:

@@ -18,7 +18,10 @@ labelled data; this chooses a task's settings the same way, with the engine that
    worked examples and hints in the prompt), then the faster. It is written to
    ``tuned/<task>.json`` (:mod:`extractor.catalog.tuned`) with the table and each candidate's
    interval, unless a dry run.
-5. **Calibration follows the choice**: the winner's answers on the same held-out lines (each value's
+5. **By document with** ``--train``: an adapter trained on the pool's passages of the documents no
+   case reads (:mod:`extractor.jobs.adapting`) serves the chosen readings on the same cases
+   (:func:`adapter_candidate`), kept only beyond noise too (:func:`with_adapter`).
+6. **Calibration follows the choice**: the winner's answers on the same held-out lines (each value's
    raw confidence, whether it was right, the pool's verdict) fit the task's calibration, as
    ``extractor calibrate`` would on those lines (:func:`extractor.review.fitting.fit`).
 """
@@ -83,6 +86,9 @@ class Candidate:
             )
         if chosen.get("adapter") is False or "model" in chosen:  # an adapter is trained for one model
             served = replace(served, adapter=None)
+        elif isinstance(chosen.get("adapter"), str):  # tune's own (--train), under the catalog root
+            folder = task.schema_path.parent.parent / str(chosen["adapter"])
+            served = replace(served, adapter=folder, adapter_by_field=task.reads_by_field)
         return served
 
 
@@ -217,6 +223,28 @@ def by_field(rows: Sequence[Row]) -> tuple[Row, list[FieldChoice]]:
         if whole.against_best.beyond_noise:
             return whole, choices
     return combined, choices
+
+
+def adapter_folder(name: str) -> str:
+    """Where ``tune --train`` trains a task's adapter, under the catalog root: ``tuned/<task>.adapter``."""
+    return f"tuned/{name}.adapter"
+
+
+def adapter_candidate(chosen: Row, folder: str) -> Candidate:
+    """The chosen settings served through the adapter ``tune --train`` trained (``folder``: :func:`adapter_folder`)."""
+    return Candidate(f"{chosen.candidate.label}, adapter", {**chosen.candidate.settings, "adapter": folder})
+
+
+def with_adapter(chosen: Row, row: Row) -> Row:
+    """``row`` (the chosen settings with the adapter) where it beats ``chosen`` beyond noise, else ``chosen``.
+
+    The two are measured on the same documents: a paired bootstrap over them at 95 %
+    (:mod:`extractor.jobs.noise`), its interval set on ``row``. A run the budget cut short is never kept.
+    """
+    if row.stopped is not None or not row.cases or len(row.cases) != len(chosen.cases):
+        return chosen
+    row.against_best = noise.difference(chosen.cases, row.cases)
+    return row if row.against_best.beyond_noise else chosen
 
 
 def field_table(choices: Sequence[FieldChoice]) -> str:

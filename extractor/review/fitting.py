@@ -45,6 +45,7 @@ class Case:
     task: Task
     text: str
     expected: Any
+    document: str | None = None  # a labelled document's id (by document): its pool lines' ``source``
 
 
 class Mark(NamedTuple):
@@ -116,7 +117,7 @@ def document_cases(
             drop = {i for i, e in enumerate(task.pool.examples) if e.source is not None and e.source.document in held}
             pool = without(task.pool, drop, skip=task.ungrounded)
             served = replace(served, pool=pool, reading=reading.of_schema(pool.examples, task.schema) or {})
-        cases += [Case(served, d.text, d.expected) for d in shown]
+        cases += [Case(served, d.text, d.expected, d.id) for d in shown]
     return cases
 
 

@@ -63,6 +63,8 @@ class TrainReport:
     peak_gpu_mib: float = 0.0
     device: str = "cpu"
     resumed_from: int = 0
+    # Steps planned; fewer were run when the deadline came first (``steps`` < ``planned``).
+    planned: int = 0
     losses: list[float] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -92,8 +94,13 @@ def train(
     *,
     resume: bool = False,
     progress: Callable[[str], None] | None = None,
+    deadline: float | None = None,
 ) -> TrainReport:
-    """Train a LoRA adapter on ``train_set``; the adapter (peft format) is saved in ``out``."""
+    """Train a LoRA adapter on ``train_set``; the adapter (peft format) is saved in ``out``.
+
+    ``deadline`` (``time.perf_counter()``): no step starts after it (the first always runs); the
+    adapter is saved as trained so far and the report's ``steps`` fall short of its ``planned``.
+    """
     if not train_set:
         raise TrainingError("no training samples: every pool line was refused (see the report above)")
     try:
@@ -122,7 +129,7 @@ def train(
     batches_per_epoch = math.ceil(len(encoded) / config.batch_size)
     total_steps = max(1, round(batches_per_epoch * config.epochs))
     order = _order(len(encoded), total_steps, config)
-    report = TrainReport()
+    report = TrainReport(planned=total_steps)
     checkpoint = out / "checkpoint"
     if resume and (checkpoint / "state.json").is_file():
         report.resumed_from = _load_checkpoint(model, optimizer, checkpoint, config, len(encoded))
@@ -131,6 +138,9 @@ def train(
     started = time.perf_counter()
     model.train()
     for step in range(report.resumed_from, total_steps):
+        if deadline is not None and step > report.resumed_from and time.perf_counter() > deadline:
+            say(f"train: the time is spent: stopped after step {step} of {total_steps}")
+            break
         batch = [encoded[i] for i in order[step]]
         loss = _step(model, batch, pad, config.bf16)
         loss.backward()
