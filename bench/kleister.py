@@ -3,6 +3,7 @@
     python -m bench.kleister                       # dev split, every document, the task as shipped
     python -m bench.kleister --newcomer --pool 254 --limit 40 --raw   # a newcomer's task, its pool's sources learned
     python -m bench.kleister --newcomer --pool 254 --train            # and an adapter trained on that pool, by field
+    python -m bench.kleister --newcomer --pool 254 --tune 12 --train  # tune's readings, then its adapter candidate
 
 The task is `bench/tasks/kleister_nda/` (a schema and a prompt, no code): parties as written, the
 effective date and the term typed from their evidence (extractor.values), the governing law as
@@ -129,10 +130,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         command = [sys.executable, "-m", "extractor.cli", "tune", "nda", "--documents", str(root / "train.jsonl")]
         command += ["--docs", str(args.tune), "--tasks-dir", str(root), "--engine", args.engine, "--no-try-model"]
         command += ["--budget", str(args.tune_budget)] if args.tune_budget else []
+        command += ["--train"] if args.train else []  # the adapter as tune's candidate, kept beyond noise
+        command += ["--train-limit", str(args.train_limit)] if args.train and args.train_limit else []
         subprocess.run(command, check=True)
         tuning_s = round(time.perf_counter() - started, 1)
     training_s = None
-    if args.train:  # as an analyst would: `extractor train` on the pool imported (train documents only)
+    if args.train and not args.tune:  # as an analyst would: `extractor train` on the pool imported (train docs only)
         started = time.perf_counter()
         command = [sys.executable, "-m", "extractor.cli", "train", "nda", "--tasks-dir", str(root)]
         command += ["--epochs", str(args.train_epochs)] if args.train_epochs else []
@@ -382,7 +385,11 @@ def main() -> None:
     parser.add_argument("--tune", type=int, default=0, help="first `extractor tune --documents` on N of the pool's")
     parser.add_argument("--tune-budget", type=float, default=0, help="seconds for that tune (0: none)")
     parser.add_argument("--raw", action="store_true", help="then the bare engine reading each document once (issue 58)")
-    parser.add_argument("--train", action="store_true", help="first `extractor train` on the pool (by field)")
+    parser.add_argument(
+        "--train",
+        action="store_true",
+        help="first `extractor train` on the pool (by field); with --tune, tune's adapter candidate (tune --train)",
+    )
     parser.add_argument("--train-epochs", type=float, default=0, help="its epochs (0: from the pool's size)")
     parser.add_argument("--train-limit", type=int, default=0, help="at most this many training chats (0: all)")
     parser.add_argument(

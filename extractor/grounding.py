@@ -112,27 +112,11 @@ def _normalize(text: str, *, marks: bool = True) -> tuple[str, tuple[int, ...]]:
 
     ``marks=False`` also drops combining marks (accents), for the fuzzy comparison.
     """
-    return _fold(text, marks=marks)
-
-
-@functools.lru_cache(maxsize=8)  # a document's labels are placed one after another in the same text
-def _loose(text: str) -> tuple[str, tuple[int, ...]]:
-    """``text`` lower-cased without accents, each run of other than letters and digits one space; each char's index."""
-    return _fold(text, marks=False, words=True)
-
-
-def _fold(text: str, *, marks: bool, words: bool = False) -> tuple[str, tuple[int, ...]]:
-    """:func:`_normalize`'s and :func:`_loose`'s view: ``words`` makes every non-letter, non-digit a separator."""
     out: list[str] = []
     index: list[int] = []
     previous_space = False
     for i, char in enumerate(text):
-        pieces: list[str] = []
-        separator = char.isspace()
-        if not separator:
-            pieces = [p for p in unicodedata.normalize("NFD", char) if marks or not unicodedata.combining(p)]
-            separator = words and not any(p.isalnum() for p in pieces)
-        if separator:
+        if char.isspace():
             if previous_space:
                 continue
             previous_space = True
@@ -140,7 +124,9 @@ def _fold(text: str, *, marks: bool, words: bool = False) -> tuple[str, tuple[in
             index.append(i)
             continue
         previous_space = False
-        for piece in pieces:
+        for piece in unicodedata.normalize("NFD", char):
+            if not marks and unicodedata.combining(piece):
+                continue
             lowered = piece.lower()
             out.append(lowered if len(lowered) == 1 else piece)
             index.append(i)
@@ -207,38 +193,6 @@ def _locate_one(view: _Views, pointer: str, value: str, used: set[tuple[int, int
         if hit := _fuzzy(text, *view.loose, _normalize(value.strip(), marks=False)[0]):
             return Span(pointer, value, hit[0], hit[1], "fuzzy")
     return Span(pointer, value, None, None, "missing")
-
-
-def occurrences(text: str, value: str) -> list[tuple[int, int]]:
-    """Every place ``value`` is written in ``text`` once case, accents, whitespace and punctuation are ignored.
-
-    Whole words only, in reading order: ``NeoGenomics Laboratories Inc.`` is found in "NeoGenomics
-    Laboratories, Inc." and in "NEOGENOMICS LABORATORIES INC". A span ends with the value's
-    closing punctuation where the text has it there too.
-    """
-    needle = _loose(value)[0].strip()
-    if not needle:
-        return []
-    haystack, index = _loose(text)
-    tail = value.rstrip()[-1:]
-    found: list[tuple[int, int]] = []
-    for s in _occurrences(haystack, needle):
-        end = s + len(needle)
-        if not (_loose_boundary(haystack, s) and _loose_boundary(haystack, end)):
-            continue
-        start, stop = index[s], index[end - 1] + 1
-        if tail and not tail.isalnum() and text[stop : stop + 1] == tail:
-            stop += 1
-        found.append((start, stop))
-    return found
-
-
-def _loose_boundary(haystack: str, position: int) -> bool:
-    """Whether a match may start or end at ``position`` without cutting a word of a spaced script."""
-    if position <= 0 or position >= len(haystack):
-        return True
-    before, after = haystack[position - 1], haystack[position]
-    return " " in (before, after) or is_unspaced(before) or is_unspaced(after)
 
 
 def _fuzzy(text: str, normalized: str, index: Sequence[int], needle: str) -> tuple[int, int] | None:

@@ -81,20 +81,20 @@ def test_a_passage_keeps_its_document_its_offsets_and_the_documents_labels(impor
     assert example.source is not None and example.source.document == "c0"
 
 
-def test_a_listed_label_is_placed_in_every_passage_that_names_it_in_its_own_words(tmp_path: Path) -> None:
-    """A party named in the opening paragraph with a comma the label lacks, and again above a signature."""
+def test_a_listed_label_is_placed_once_where_the_text_states_it_as_labelled(tmp_path: Path) -> None:
+    """A party named in the opening paragraph, and again above a signature in capitals."""
     (tmp_path / "schemas").mkdir()
     (tmp_path / "prompts").mkdir()
     (tmp_path / "schemas" / "nda.json").write_text(json.dumps(SCHEMA))
     (tmp_path / "prompts" / "nda.j2").write_text("Answer with the fields of the contract.")
     task = Catalog.load(tmp_path).get("nda")
-    text = "Made by and between Acme Widgets, Inc. and Beta Labs LLC. " + FILLER * 20 + "ACME WIDGETS INC By: ____"
+    text = "Made by and between Acme Widgets Inc. and Beta Labs LLC. " + FILLER * 20 + "ACME WIDGETS INC By: ____"
     lines, placed = placing.passages(task, text, {"party": ["Acme Widgets Inc.", "Beta Labs LLC"]}, document="d")
-    assert lines[0]["output"]["party"] == ["Acme Widgets, Inc.", "Beta Labs LLC"]  # not only the exact one
-    last = next(line for line in lines if line["text"].endswith("By: ____"))
-    assert last["output"]["party"] == ["ACME WIDGETS INC"]
-    first = [x["start"] for x in lines[0]["source"]["labels"]]
-    assert len(first) == 3 and min(first) == text.index("Acme")  # the labels' every place, for what is learned
+    assert lines[0]["output"]["party"] == ["Acme Widgets Inc.", "Beta Labs LLC"]
+    # the signature's capitals teach no example: placed there too, a party read from the start of the
+    # Kleister contracts fell from 0.571 to 0.294 F1 (first 10 dev contracts, bench.kleister, 2 cores)
+    assert all(line["output"]["party"] == [] for line in lines[1:])
+    assert [x["start"] for x in lines[0]["source"]["labels"]] == [text.index("Acme"), text.index("Beta")]
     assert len(placed.spans) == 2 and not placed.missing
 
 
@@ -211,7 +211,7 @@ async def test_tune_by_document_chooses_each_fields_reading_beyond_noise(importe
     documents, unread = read_documents(tmp_path / "gold.jsonl", task)
     assert unread == []
     assert [d.id for d in documents] == [f"c{n}" for n in range(5)]
-    assert documents[0].expected["party"] == ["Acme Widgets, Inc.", "Beta Labs LLC"]  # as the document words it
+    assert documents[0].expected["party"] == ["Acme Widgets, Inc", "Beta Labs LLC"]  # as the document words it
     cases = fitting.document_cases(task, documents, count=5, folds=5)
     for case in cases:  # no document is read with what its own labels taught
         held = next(d.id for d in documents if d.text == case.text)

@@ -34,9 +34,6 @@ class Placed:
 
     spans: list[tuple[str, Any, int, int]] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # "field: label" of labels not found in the text
-    # Each span's label at every place the text states it (the span's own first): an item of a list
-    # (a party named in the opening paragraph and again above a signature) is in every passage naming it
-    places: list[list[tuple[int, int]]] = field(default_factory=list)
 
 
 def place(task: Task, text: str, output: Mapping[str, Any]) -> Placed:
@@ -50,10 +47,8 @@ def place(task: Task, text: str, output: Mapping[str, Any]) -> Placed:
             spot = _place_one(task, text, f"/{name}", item, ctx)
             if spot is None:
                 placed.missing.append(f"{name}: {item!r}")
-                continue
-            placed.spans.append((name, spot[0], spot[1], spot[2]))
-            again = grounding.occurrences(text, item) if isinstance(value, list) and isinstance(item, str) else []
-            placed.places.append([(spot[1], spot[2]), *(p for p in again if p != (spot[1], spot[2]))])
+            else:
+                placed.spans.append((name, spot[0], spot[1], spot[2]))
     return placed
 
 
@@ -70,9 +65,6 @@ def _place_one(task: Task, text: str, path: str, value: Any, ctx: Context) -> tu
     if not isinstance(value, str):
         return None
     found = grounding.locate(text, {"v": value})[0]
-    if found.status in ("fuzzy", "missing") and (loose := grounding.occurrences(text, value)):
-        # written with other punctuation ("Beta Labs, Inc." for "Beta Labs Inc."): those words, where they first stand
-        return text[loose[0][0] : loose[0][1]], loose[0][0], loose[0][1]
     if found.start is None or found.end is None:
         return None
     return text[found.start : found.end], found.start, found.end
@@ -101,11 +93,7 @@ def passages(
     lines: list[dict[str, Any]] = []
     empty: list[dict[str, Any]] = []
     for piece in pieces:
-        inside: list[tuple[str, Any]] = []
-        for (name, value, start, end), places in zip(placed.spans, placed.places, strict=True):
-            here = [(s, e) for s, e in places if s >= piece.start and e <= piece.end]
-            if here:  # where the label is placed, its value; elsewhere, the words the passage states it in
-                inside.append((name, value if (start, end) in here else text[here[0][0] : here[0][1]]))
+        inside = [(n, v) for n, v, s, e in placed.spans if s >= piece.start and e <= piece.end]
         shaped = _empty(task, output)
         for name, value in inside:
             if isinstance(shaped.get(name), list):
@@ -121,11 +109,7 @@ def passages(
                 "end": piece.end,
                 "length": len(text),
                 "pages": list(pages(piece.start, piece.end)) if pages is not None else [],
-                "labels": [
-                    {"field": n, "start": s, "end": e}
-                    for (n, _, _, _), places in zip(placed.spans, placed.places, strict=True)
-                    for s, e in places
-                ],
+                "labels": [{"field": n, "start": s, "end": e} for n, _, s, e in placed.spans],
             }
         (lines if inside else empty).append(line)
     if empty:
