@@ -350,9 +350,9 @@ def test_labelled_documents_are_converted_under_the_settings_limits(imported: Pa
         read_documents(tmp_path / "gone.jsonl", task)
 
 
-@pytest.mark.parametrize("learns", [True, False])
+@pytest.mark.parametrize(("learns", "dry"), [(True, False), (False, False), (True, True)])
 def test_tune_by_document_trains_an_adapter_and_keeps_it_only_beyond_noise(
-    imported: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, learns: bool
+    imported: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, learns: bool, dry: bool
 ) -> None:
     import extractor.api
     import extractor.models
@@ -383,9 +383,13 @@ def test_tune_by_document_trains_an_adapter_and_keeps_it_only_beyond_noise(
     monkeypatch.setattr(extractor.models, "resolve_model_dir", lambda settings: model)
     monkeypatch.setattr(extractor.api, "create_engine", lambda *a, **k: ScriptedEngine(respond=answer))
     command = ["tune", "nda", "--documents", str(tmp_path / "gold.jsonl"), "--tasks-dir", str(imported)]
-    assert main([*command, "--engine", "scripted", "--docs", "3", "--folds", "3", "--train", "--train-limit", "9"]) == 0
+    command += ["--engine", "scripted", "--docs", "3", "--folds", "3", "--train", "--train-limit", "9"]
+    assert main(command + (["--dry-run"] if dry else [])) == 0
     # trained on the passages of the two documents tune does not measure on
     assert len(trained["documents"]) == 3 and trained["limit"] == 9
+    if dry:  # nothing written, nothing left behind
+        assert not tuned_path(imported, "nda").exists() and not (imported / "tuned" / "nda.adapter").exists()
+        return
     body = json.loads(tuned_path(imported, "nda").read_text())
     row = next(r for r in body["candidates"] if r["label"].endswith(", adapter"))
     assert row["settings"]["adapter"] == "tuned/nda.adapter" and len(row["f1_vs_best"]) == 3

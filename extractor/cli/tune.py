@@ -195,7 +195,7 @@ def _adapter_row(
 
     Half of what is left of the budget trains (the adapter saved as trained when it is spent), the
     rest measures. The adapter's row joins ``rows``; it is the one chosen only where it beats
-    ``chosen`` beyond noise, and its folder is removed where it is not.
+    ``chosen`` beyond noise, and its folder is removed where it is not (and after a dry run).
     """
     import shutil
     from dataclasses import replace
@@ -235,7 +235,7 @@ def _adapter_row(
         f"{'' if kept is chosen else ', kept'}",
         file=sys.stderr,
     )
-    if kept is chosen and not args.dry_run:
+    if kept is chosen or args.dry_run:  # a dry run leaves nothing behind, the adapter it measured neither
         shutil.rmtree(folder, ignore_errors=True)
     return kept
 
