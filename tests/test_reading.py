@@ -91,8 +91,8 @@ def test_a_listed_label_is_placed_once_where_the_text_states_it_as_labelled(tmp_
     text = "Made by and between Acme Widgets Inc. and Beta Labs LLC. " + FILLER * 20 + "ACME WIDGETS INC By: ____"
     lines, placed = placing.passages(task, text, {"party": ["Acme Widgets Inc.", "Beta Labs LLC"]}, document="d")
     assert lines[0]["output"]["party"] == ["Acme Widgets Inc.", "Beta Labs LLC"]
-    # the signature's capitals teach no example: placed there too, a party read from the start of the
-    # Kleister contracts fell from 0.571 to 0.294 F1 (first 10 dev contracts, bench.kleister, 2 cores)
+    # the signature's capitals teach no example: placed there too, the parties read no better
+    # (Kleister dev on the 2 cores, docs/guides/documents.md), and placing once is the simpler
     assert all(line["output"]["party"] == [] for line in lines[1:])
     assert [x["start"] for x in lines[0]["source"]["labels"]] == [text.index("Acme"), text.index("Beta")]
     assert len(placed.spans) == 2 and not placed.missing
