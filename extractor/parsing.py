@@ -11,7 +11,7 @@ from typing import Any
 import json_repair
 from jsonschema.protocols import Validator
 
-from extractor.schema import join
+from extractor.schema import join, node_at
 
 
 @dataclass(frozen=True)
@@ -140,8 +140,8 @@ def drop_repeats(validator: Validator, value: Any) -> tuple[Any, list[str]]:
             break
         if not notes:
             value = copy.deepcopy(value)
-        deepest = max(found, key=lambda e: len(e.absolute_path))
-        array = _at(value, deepest.absolute_path)
+        pointer = join(max(found, key=lambda e: len(e.absolute_path)).absolute_path)
+        array = node_at(value, pointer)
         if not isinstance(array, list):
             break
         first: dict[str, Any] = {}
@@ -150,16 +150,9 @@ def drop_repeats(validator: Validator, value: Any) -> tuple[Any, list[str]]:
         kept = list(first.values())
         if len(kept) == len(array):
             break
-        where = join(deepest.absolute_path) or "/"
-        notes.append(f"{where}: {len(array) - len(kept)} repeated items dropped (uniqueItems)")
+        notes.append(f"{pointer or '/'}: {len(array) - len(kept)} repeated items dropped (uniqueItems)")
         array[:] = kept
     return value, notes
-
-
-def _at(value: Any, path: Iterable[Any]) -> Any:
-    for part in path:
-        value = value[part]
-    return value
 
 
 def _key(item: Any) -> str:
