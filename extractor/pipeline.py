@@ -166,6 +166,13 @@ def _without_adapter(task: Task) -> Task:
     return replace(task, adapter=None, adapter_by_field=False)
 
 
+@functools.lru_cache(maxsize=256)
+def _bare(task: Task) -> Task:
+    # The task's prompt without worked examples and hints: what a passage read by field must fit the
+    # window with (split_for), and what its request falls back to where its examples crowd it out.
+    return replace(task, examples=(), pool=None)
+
+
 async def run(
     task: Task,
     text: str,
@@ -215,8 +222,14 @@ def fitted(task: Task, text: str, p: Plan, engine: Engine) -> tuple[Plan, str | 
     return replace(p, max_tokens=fit), note
 
 
-async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk: int | None = None) -> Extracted:
-    """The attempt loop on one text (a whole document or one chunk; ``chunk`` tags its attempts)."""
+async def extract_text(
+    task: Task, text: str, p: Plan, engine: Engine, *, chunk: int | None = None, examples_yield: bool = False
+) -> Extracted:
+    """The attempt loop on one text (a whole document or one chunk; ``chunk`` tags its attempts).
+
+    ``examples_yield``: a passage read by field, checked for the window without worked examples
+    (:func:`split_for`): where its examples leave no room for the answer, it is read without them, with a note.
+    """
     constrained = None
     decoded = task.answer_schema
     # Each typed field's evidence is held to the text's phrases of its kind; refused evidence leaves them.
@@ -234,16 +247,27 @@ async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk:
     last_scores: Scores | None = None
     last_problems: dict[str, str] = {}
     notes: list[str] = []
+    shown = task  # what the prompt renders: the task, or the task without its worked examples
+    yielded: list[str] = []
     budget, cut = p.max_tokens, False
     for number in range(1, p.max_attempts + 1):
         with stage("rendering"):
-            messages = render(task, text, feedback=feedback, previous=previous)
+            messages = render(shown, text, feedback=feedback, previous=previous)
         with stage("tokenizing"):
+            prompt_tokens = engine.count_prompt_tokens(messages)
+        if examples_yield and shown is task and prompt_tokens + budget > engine.max_model_len:
+            yielded = [
+                f"worked examples left out: with them the prompt ({prompt_tokens} tokens) left no room in the "
+                f"{engine.max_model_len}-token model window for a {budget}-token answer"
+            ]
+            shown = _bare(task)
+            with stage("rendering"):
+                messages = render(shown, text, feedback=feedback, previous=previous)
             prompt_tokens = engine.count_prompt_tokens(messages)
         if number > 1 and prompt_tokens + (2 * budget if cut else budget) > engine.max_model_len:
             # A huge (or cut) previous answer must not crowd the text out of the window: re-ask without it.
             clipped = [e if len(e) <= MAX_FEEDBACK_CHARS else e[:MAX_FEEDBACK_CHARS] + "…" for e in feedback]
-            messages = render(task, text, feedback=clipped, previous=None)
+            messages = render(shown, text, feedback=clipped, previous=None)
             prompt_tokens = engine.count_prompt_tokens(messages)
         if cut:
             # The same budget would cut the answer at the same place again: grow it, or stop.
@@ -276,7 +300,7 @@ async def extract_text(task: Task, text: str, p: Plan, engine: Engine, *, chunk:
             answer = read_answer(task, generation.text, p, text=text)
         parsed = answer.parsed
         errors = [*parsed.errors, *answer.problems.values()]
-        notes = answer.notes
+        notes = [*yielded, *answer.notes]
         if errors and grammar is not None and parsed.repaired and generation.finish_reason != "length":
             # Under the substring grammar a cut answer that was not cut by max_tokens means the
             # grammar left no token to go on with (llguidance masks to EOS, silently): decode the
@@ -520,6 +544,12 @@ def split_for(task: Task, text: str, p: Plan, engine: Engine) -> list[Chunk] | N
 
     Without a task ``max_chars``, the size comes from the model window: the prompt of each chunk
     plus the answer, a previous answer and feedback (for a re-ask) must fit.
+
+    A task read by field with a ``max_chars`` sends its pieces in field requests, each with its own
+    worked examples, never in the whole task's prompt: each piece is checked bare (the task's prompt
+    without worked examples and hints), and a field request whose examples crowd the window is read
+    without them (:func:`extract_text`'s ``examples_yield``). Rendering every piece with the whole
+    task's examples only to count it was half the pipeline's CPU a contract (issue 58).
     """
     assert p.chunking is not None
     size, overlap = p.chunking.max_chars, p.chunking.overlap
@@ -527,6 +557,8 @@ def split_for(task: Task, text: str, p: Plan, engine: Engine) -> list[Chunk] | N
     whole = engine.count_prompt_tokens(render(task, text)) if size is None or len(text) <= size else None
     if whole is not None and whole + p.max_tokens <= engine.max_model_len:
         return None
+    if p.chunking.by_field and size is not None:
+        task = _bare(task)
     base = engine.count_prompt_tokens(render(task, ""))
     room = engine.max_model_len - base - 2 * p.max_tokens - FEEDBACK_RESERVE_TOKENS
     if room <= 0:
@@ -602,7 +634,7 @@ async def _extract_by_field(task: Task, pieces: Sequence[Chunk], p: Plan, engine
     """Each top-level field from its best passages (see :mod:`extractor.passages`)."""
 
     async def one(narrowed: Task, chunk: Chunk, index: int) -> Extracted:
-        return await extract_text(narrowed, chunk.text, p, engine, chunk=index)
+        return await extract_text(narrowed, chunk.text, p, engine, chunk=index, examples_yield=True)
 
     data, spans, attempts, notes, scored = await passages.read_by_field(task, pieces, one)
     attempts.sort(key=lambda a: (a.chunk or 0, a.number))

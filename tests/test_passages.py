@@ -242,3 +242,22 @@ async def test_an_adapter_trained_by_field_learns_and_serves_the_field_requests_
     extractor = Extractor(settings=settings, engine=short, catalog=Catalog.load(root))
     await extractor.aextract("nda", "Nothing of a contract here.")
     assert [r.adapter for r in short.history] == [None]
+
+
+async def test_a_passage_read_by_field_yields_its_worked_examples_not_its_size_to_the_window(tmp_path: Path) -> None:
+    # One worked example too long for the window beside any passage: the passages keep the task's
+    # max_chars (checked without examples), and each field request is read without the example, with a note.
+    root = _catalog(tmp_path)
+    (root / "examples").mkdir()
+    output = {"party": ["Gamma Corp."], "effective_date": None, "jurisdiction": None, "term": None}
+    long_example = {"text": FILLER * 30 + "Made by Gamma Corp.", "output": output}
+    (root / "examples" / "nda.jsonl").write_text(json.dumps(long_example) + "\n")
+    engine = ScriptedEngine(respond=respond, max_model_len=1200)
+    settings = Settings.from_env({}, home=tmp_path / "home", engine="scripted")
+    extractor = Extractor(settings=settings, engine=engine, catalog=Catalog.load(root))
+    assert extractor.catalog.get("nda").uses_pool
+    result = await extractor.aextract("nda", TEXT)
+    assert result.data["party"] == ["Acme Widgets, Inc.", "Beta Labs LLC"] and result.data["term"] == "P3Y"
+    assert all(c.end - c.start <= 600 for c in result.chunks) and len(result.chunks) < 12  # not shrunk
+    assert any(n.startswith("worked examples left out: with them the prompt") for n in result.notes)
+    assert not any("Gamma Corp." in m["content"] for r in engine.history for m in r.messages)
