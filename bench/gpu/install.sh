@@ -17,7 +17,6 @@ fi
 [ -f cluener/dev.jsonl ] && export BENCH_CLUENER_DIR=/tmp/stage/cluener
 if [ -f kleister_nda.tar ]; then tar -xf kleister_nda.tar && rm kleister_nda.tar; fi  # KLEISTER=1: the contracts
 [ -d kleister_nda ] && export BENCH_KLEISTER_DIR=/tmp/stage/kleister_nda
-command -v tesseract > /dev/null || export EXTRACTOR_OCR=off  # the host has no OCR: a scan is recorded, not fatal
 python3 -c "import sys,zstandard,tarfile; tarfile.open(fileobj=zstandard.ZstdDecompressor().stream_reader(open('vllm-slim.tar.zst','rb')), mode='r|').extractall('/tmp/site')"
 cd - > /dev/null
 python3 -m extractor.cli model prepare
