@@ -263,7 +263,8 @@ async def extract_text(
             shown = _bare(task)
             with stage("rendering"):
                 messages = render(shown, text, feedback=feedback, previous=previous)
-            prompt_tokens = engine.count_prompt_tokens(messages)
+            with stage("tokenizing"):
+                prompt_tokens = engine.count_prompt_tokens(messages)
         if number > 1 and prompt_tokens + (2 * budget if cut else budget) > engine.max_model_len:
             # A huge (or cut) previous answer must not crowd the text out of the window: re-ask without it.
             clipped = [e if len(e) <= MAX_FEEDBACK_CHARS else e[:MAX_FEEDBACK_CHARS] + "…" for e in feedback]
