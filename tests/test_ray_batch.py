@@ -291,3 +291,15 @@ def test_a_folder_of_documents_is_read_by_the_actors(cluster: str, settings: Set
     assert records["b.html"]["ok"] and records["b.html"]["result"]["document"]["media_type"] == "text/html"
     assert records["c.pdf"]["error"]["kind"] == "bad_document"
     assert (summary.rows, summary.ok, summary.failed) == (3, 2, 1)
+
+
+def test_actors_sharing_a_gpu_each_take_their_share_of_it() -> None:
+    """Four actors on one GPU ask a quarter of the memory each (four at 0.5 would not start) and of the mask pool."""
+    settings = Settings.from_env({}, engine="scripted", gpu_memory_utilization=0.8)
+    shared = ray_batch.actor_settings(settings, 0.25)
+    assert shared.gpu_memory_utilization == pytest.approx(0.2)
+    assert shared.mask_threads == max(1, int(ray_batch.cuda_mask_threads() * 0.25))
+    assert ray_batch.actor_settings(settings, 1.0) == settings  # a GPU each, or none: as configured
+    assert ray_batch.actor_settings(settings, 0.0) == settings
+    chosen = settings.with_(mask_threads=3)
+    assert ray_batch.actor_settings(chosen, 0.5).mask_threads == 3  # the user's setting stands

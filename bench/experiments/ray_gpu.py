@@ -65,7 +65,7 @@ def main() -> None:
     parser.add_argument("--actors", default="1,2")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=256, help="extractions in flight per actor")
-    parser.add_argument("--memory", type=float, default=0.4, help="each engine's GPU memory share")
+    parser.add_argument("--memory", type=float, default=0.8, help="GPU memory, shared by the engines")
     parser.add_argument("--engine", default="vllm", help="scripted: a dry run of the plumbing")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()

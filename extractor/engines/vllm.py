@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from extractor.config import Settings
-from extractor.engines import lifeline, main_guard, memory, priority
+from extractor.engines import gpu_start, lifeline, main_guard, memory, priority
 from extractor.engines.base import Generation, GenerationRequest
 from extractor.engines.local import LocalModel
 from extractor.engines.loop import LoopThread
@@ -182,7 +183,9 @@ class VLLMEngine(LocalModel):
             self._load_tokenizer()
             loop = LoopThread("extractor-vllm")
             try:
-                self._llm = loop.run(self._build())
+                # on a GPU, engines sharing it start one after another (their memory sizing would collide)
+                with gpu_start.one_at_a_time(self._settings.home) if has_cuda() else contextlib.nullcontext():
+                    self._llm = loop.run(self._build())
             except ConfigError:  # a setting to fix (EXTRACTOR_VLLM_ARGS), not vLLM failing
                 loop.stop()
                 raise

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from extractor.api import Extractor
 from extractor.config import Settings
 from extractor.engines import Engine
+from extractor.engines.vllm import cuda_mask_threads
 from extractor.errors import ExtractorError
 from extractor.jobs.batch import (
     BatchInterruptedError,
@@ -213,6 +214,23 @@ def _ship_rows(config: RayBatchConfig, output: ShardedOutput, progress: Progress
     return refs
 
 
+def actor_settings(settings: Settings, gpus_per_actor: float) -> Settings:
+    """An actor's settings: where actors share a GPU, each engine takes its share of it.
+
+    ``gpus_per_actor`` below 1 scales the GPU memory the engine may take
+    (``gpu_memory_utilization``, which vLLM reads as a share of the whole card: four engines
+    asking 0.5 each would not start) and, where ``EXTRACTOR_MASK_THREADS`` is unset, the
+    threads of its mask pool (one pool of the host's cores an engine; llguidance's workers
+    spin while they wait, and four pools of 16 would hold 64 threads on 16 cores).
+    """
+    if not 0.0 < gpus_per_actor < 1.0:
+        return settings
+    changes: dict[str, Any] = {"gpu_memory_utilization": settings.gpu_memory_utilization * gpus_per_actor}
+    if settings.mask_threads is None:
+        changes["mask_threads"] = max(1, int(cuda_mask_threads() * gpus_per_actor))
+    return settings.with_(**changes)
+
+
 def _pool_size(config: RayBatchConfig, gpus: float, gpus_per_actor: float) -> int:
     if config.actors is not None:
         return config.actors
@@ -243,7 +261,11 @@ def _extract(
             max_concurrent_calls_per_actor=config.calls_per_actor,
             enable_true_multi_threading=True,
         ),
-        fn_constructor_kwargs={"settings": settings, "config": config, "engine_factory": engine_factory},
+        fn_constructor_kwargs={
+            "settings": actor_settings(settings, gpus_per_actor),
+            "config": config,
+            "engine_factory": engine_factory,
+        },
         num_cpus=config.cpus_per_actor,
         num_gpus=gpus_per_actor,
     )

@@ -1,0 +1,161 @@
+"""Kleister-NDA through `extractor batch --ray` on one host: one engine, then several sharing its GPU (issue 58).
+
+    python3 -m bench.experiments.kleister_actors --pool 254 --actors 1,4 --repeat 1,5 --label h100-actors
+
+One engine serves one pipeline thread and one engine core, and with the contracts both are busy
+on the CPU while the GPU waits (``bench/results/documents.md``). ``extractor batch --ray
+--actors N --gpus-per-actor 1/N`` gives each of N actors its own pipeline and engine on the same
+GPU; this measures it on the dev contracts as a user would run it: a folder of PDFs (the dev
+split, copied under new names), the task as shipped (or ``--newcomer``'s) with ``--pool`` train
+documents imported, each command on actors started afresh. Records reach the driver in bursts
+(Ray Data holds an actor's output back), so the rate is not read from when they arrive: each
+point runs the command twice, on the contracts ``--repeat A,B`` times, and its contracts/s are
+``(B - A) x contracts / (seconds of the second - seconds of the first)``, the engines' start
+cancelled out. Kleister F1 over every record of the larger run, each copy scored (greedy answers:
+the copies agree but for batching's numerics).
+
+The data stays in ``../shared/eval/kleister_nda`` (links in a temporary folder); figures go to
+``bench/results/kleister.json`` and ``kleister.md``, a run a label ``LABEL-actorsN``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import RESULTS, machine, save
+from bench.kleister import DATA, catalog_root, render, summarize
+from extractor import stages
+from extractor.config import Settings
+from extractor.options import ExtractOptions
+from extractor.scale import ray_batch
+from extractor.scale.shards import shards
+
+
+def dev_folder(lines: list[dict[str, Any]], into: Path, repeat: int) -> dict[str, dict[str, Any]]:
+    """Links to the contracts' PDFs, ``repeat`` times under new names; the gold line of each name."""
+    into.mkdir(parents=True, exist_ok=True)
+    gold: dict[str, dict[str, Any]] = {}
+    for copy in range(repeat):
+        for line in lines:
+            name = f"{copy}-{Path(line['file']).name}"
+            (into / name).symlink_to(DATA / line["file"])
+            gold[name] = line
+    return gold
+
+
+def scored(output: Path, gold: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The batch's records as ``bench.kleister`` scores them."""
+    records = []
+    for shard in shards(output):
+        for text in shard.read_text(encoding="utf-8").splitlines():
+            row = json.loads(text)
+            line = gold[row["id"]]
+            record: dict[str, Any] = {"id": row["id"], "gold": line["expected"], "positions": {}, "seconds": 0.0}
+            record["stages"] = row.get("stages", {})
+            if not row.get("ok"):
+                record["error"] = f"{row['error']['kind']}: {row['error'].get('message', '')[:200]}"
+                record["pages"] = 0
+            else:
+                result = row["result"]
+                at = result.get("attempts", [])
+                document = result.get("document") or {}
+                record.update(data=result["data"], attempts=len(at), pages=len(document.get("pages", [])))
+                record["tokens"] = {
+                    "prompt": sum(a.get("prompt_tokens", 0) for a in at),
+                    "completion": sum(a.get("completion_tokens", 0) for a in at),
+                    "cut": sum(a.get("finish_reason") == "length" for a in at),
+                }
+            records.append(record)
+    return records
+
+
+def command(args: argparse.Namespace, root: Path, folder: Path, actors: int) -> tuple[Path, float, int]:
+    """One ``extractor batch --ray`` over ``folder`` on actors started afresh: (output, seconds, records)."""
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    settings = Settings.from_env(engine=args.engine, tasks_dir=root)
+    out = folder.parent / f"out-{folder.name}"
+    config = ray_batch.RayBatchConfig(
+        task="nda",
+        inputs=(folder,),
+        output=out,
+        actors=actors,
+        gpus_per_actor=min(1.0, gpus / actors) if gpus else 0.0,
+        concurrency=args.concurrency,
+        batch_rows=args.rows_per_call,  # small calls, many at once: no actor waits on another's slow call
+        calls_per_actor=max(1, args.concurrency // args.rows_per_call),
+        options=ExtractOptions(chunk=True),
+    )
+    started = time.perf_counter()
+    summary = ray_batch.run(config, settings=settings)
+    return out, time.perf_counter() - started, summary.rows
+
+
+def point(args: argparse.Namespace, root: Path, lines: list[dict[str, Any]], tmp: Path, actors: int) -> dict[str, Any]:
+    runs = []
+    for repeat in args.repeat:
+        folder = tmp / f"docs-{actors}-{repeat}"
+        gold = dev_folder(lines, folder, repeat)
+        out, seconds, rows = command(args, root, folder, actors)
+        runs.append((repeat, seconds, rows, out, gold))
+    (_, s_a, n_a, _, _), (_, s_b, n_b, out, gold) = runs[0], runs[-1]
+    rate = (n_b - n_a) / (s_b - s_a) if s_b > s_a else 0.0
+    records = scored(out, gold)
+    result = summarize(records, elapsed=s_b, ready=0.0, args=args)
+    result.pop("records")
+    result |= {
+        "label": f"{args.label or 'actors'}-actors{actors}",
+        "mode": "ray actors",
+        "actors": actors,
+        "gpus_per_actor": round(1 / actors, 3),
+        "commands": [{"repeat": r, "records": n, "seconds": round(sec, 1)} for r, sec, n, _, _ in runs],
+        "docs_per_s": round(rate, 3),
+        "docs_per_s_overall": round(n_b / s_b, 3),
+        "stages_s_per_doc": {
+            k: round(v / max(1, len(records)), 3)
+            for k, v in stages.total([r.get("stages", {}) for r in records]).items()
+        },
+        "machine": machine(),
+    }
+    print(f"bench: {json.dumps({k: v for k, v in result.items() if k != 'by_position'})}", flush=True)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--split", default="dev", choices=["dev", "train"])
+    parser.add_argument("--limit", type=int, default=0)
+    parser.add_argument("--label", default="")
+    parser.add_argument("--engine", default="vllm", help="scripted: a dry run of the plumbing")
+    parser.add_argument("--pool", type=int, default=0, help="train documents imported into the pool (0: none)")
+    parser.add_argument("--newcomer", action="store_true", help="a newcomer's task: the fields' descriptions only")
+    parser.add_argument("--actors", default="1,4", help="points: engines sharing the host's GPU")
+    parser.add_argument("--repeat", default="1,5", help="A,B: the two commands' copies of the contracts")
+    parser.add_argument("--concurrency", type=int, default=64, help="documents in flight per actor")
+    parser.add_argument("--rows-per-call", type=int, default=4, help="documents an actor call takes")
+    args = parser.parse_args()
+    args.forget_sources = False
+    args.repeat = [int(r) for r in args.repeat.split(",")]
+    if len(args.repeat) != 2 or not 0 < args.repeat[0] < args.repeat[1]:
+        parser.error("--repeat A,B: two whole numbers, 0 < A < B")
+    lines = [json.loads(x) for x in (DATA / f"{args.split}.jsonl").read_text().splitlines() if x.strip()]
+    lines = lines[: args.limit] if args.limit else lines
+    path = RESULTS / "kleister.json"
+    with tempfile.TemporaryDirectory(prefix="kleister-actors-") as tmp:
+        root = catalog_root(args.pool, Path(tmp) / "catalog", newcomer=args.newcomer)
+        for actors in (int(a) for a in args.actors.split(",")):
+            result = point(args, root, lines, Path(tmp), actors)
+            runs = json.loads(path.read_text()) if path.is_file() else {}
+            runs[result["label"]] = result
+            save(path, runs)
+            (RESULTS / "kleister.md").write_text(render(runs))
+
+
+if __name__ == "__main__":
+    main()
