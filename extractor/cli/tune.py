@@ -47,7 +47,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--try-model",
         action="append",
         metavar="MODEL",
-        help="also try this model with the settings that won; repeatable (default: every other packaged "
+        help="also try this model with the settings that scored highest; repeatable (default: every other packaged "
         "model, e.g. gemma3-270m, prepared first where it is not)",
     )
     tune.add_argument(

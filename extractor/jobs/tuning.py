@@ -8,7 +8,9 @@ labelled data; this chooses a task's settings the same way, with the engine that
    fold, so no line is ever its own worked example or hint, and every sampled line serves once.
 2. **Candidates** (:func:`candidates`): the task as it is first, then how many worked examples
    (``k`` in 0, 3, 5), the pool's hints on and off, and the adapter on and off where it has one;
-   last, each other model asked for (``--model``), with the settings that won on the task's own.
+   last, each other model asked for (``--model``), with the settings that scored highest on the
+   task's own (its best, not the simplest within noise: a base model shown no worked example is
+   not the model at its best).
 3. Each candidate extracts every line; its row holds micro F1 (the typed comparison of
    ``extractor eval``), the schema-valid rate and docs/s. Candidates start while the time budget
    lasts (the first always runs): the winner is chosen among those measured.
@@ -350,7 +352,7 @@ async def tune(
 ) -> list[Row]:
     """Measure ``options`` in order while the budget lasts (the first always); the rows measured.
 
-    ``models``: other models to try last, each with the settings that won on the task's own model.
+    ``models``: other models to try last, each with the settings that scored highest on the task's own model.
     ``start``: readies what serves a candidate's task (another model's engine) before its clock starts.
     """
     rows: list[Row] = []
@@ -369,10 +371,16 @@ async def tune(
         if on_row is not None:
             on_row(row)
         if not queue and models:
-            best = winner(rows).candidate
+            best = highest(rows).candidate
             queue = [Candidate(f"{best.label}, model {m}", {**best.settings, "model": m}) for m in models]
             models = ()
     return rows
+
+
+def highest(rows: Sequence[Row]) -> Row:
+    """The row of the highest F1 (the first measured among equals), a row the budget cut short only if all were."""
+    rows = [r for r in rows if r.stopped is None] or list(rows[:1])
+    return max(rows, key=lambda r: (r.f1, -rows.index(r)))
 
 
 def winner(rows: Sequence[Row]) -> Row:
@@ -382,7 +390,7 @@ def winner(rows: Sequence[Row]) -> Row:
     Rows measured without per-case counts compare by F1 alone, within :data:`TIE`.
     """
     rows = [r for r in rows if r.stopped is None] or list(rows[:1])  # a row the budget cut short is not chosen
-    best = max(rows, key=lambda r: (r.f1, -rows.index(r)))
+    best = highest(rows)
     close = []
     for r in rows:
         if r.cases and len(r.cases) == len(best.cases):
