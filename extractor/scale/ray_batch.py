@@ -220,8 +220,8 @@ def actor_settings(settings: Settings, gpus_per_actor: float) -> Settings:
     ``gpus_per_actor`` below 1 scales the GPU memory the engine may take
     (``gpu_memory_utilization``, which vLLM reads as a share of the whole card: four engines
     asking 0.5 each would not start) and, where ``EXTRACTOR_MASK_THREADS`` is unset, the
-    threads of its mask pool (one pool of the host's cores an engine; llguidance's workers
-    spin while they wait, and four pools of 16 would hold 64 threads on 16 cores).
+    threads of its mask pool (a pool of the host's cores an engine by default: four engines
+    would put 64 mask threads on 16 cores).
     """
     if not 0.0 < gpus_per_actor < 1.0:
         return settings
