@@ -12,23 +12,34 @@ batch`` per task on the SNIPS dev lines (no vLLM, no GPU) and prints CPU µs per
 wall µs per document in each stage (``--profile``, cProfile's busiest functions, is in git history at bf0fea1).
 
     python -m bench.pipeline_cpu [--per-task 100]
+
+The same on real documents: ``bench.kleister --record FILE`` keeps each request's answer (keyed by
+a hash of the request, so the file holds no document text), and ``--replay FILE`` runs the same
+contracts against :class:`ReplayEngine`, which answers each request with its recorded answer at
+once and does in this process what ``ProcessEngine`` does in the service's (the prompt's token ids,
+the answer's token places). The pipeline asks the same requests in the same chain (it is
+deterministic given the answers); a request not recorded is counted as missed and answered ``{}``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import hashlib
 import json
 import time
 from collections import defaultdict
 from collections.abc import AsyncGenerator, Sequence
+from pathlib import Path
 from typing import Any
 
 from bench import common, compact
 from extractor import Extractor
 from extractor.config import Settings
-from extractor.engines.base import Generation, GenerationRequest, Message
+from extractor.engines.base import Engine, Generation, GenerationRequest, Message
 from extractor.engines.local import LocalModel
+from extractor.engines.memo import MemoEngine
 from extractor.jobs.gold import GoldItem
 from extractor.models import resolve_model_dir
 
@@ -72,6 +83,84 @@ class InstantEngine(LocalModel):
 
     async def stream(self, request: GenerationRequest) -> AsyncGenerator[str, None]:
         yield (await self.generate(request)).text
+
+
+def request_key(request: GenerationRequest) -> str:
+    """A request's identity: its chat, constraint and sampling, hashed."""
+    text = json.dumps(dataclasses.asdict(request), sort_keys=True, default=str, ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+class RecordingEngine(MemoEngine):
+    """``engine``, each answer kept under its request's key; written to ``path`` at close.
+
+    A :class:`MemoEngine` for its delegation only: every request goes to ``engine``, as in a run without it.
+    """
+
+    def __init__(self, engine: Engine, path: Path) -> None:
+        super().__init__(engine)
+        self.path = path
+        self.recorded: dict[str, dict[str, Any]] = {}
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        generation = await self.engine.generate(request)
+        self.recorded[request_key(request)] = {
+            "text": generation.text,
+            "prompt_tokens": generation.prompt_tokens,
+            "completion_tokens": generation.completion_tokens,
+            "finish_reason": generation.finish_reason,
+            "token_logprobs": list(generation.token_logprobs),
+            "token_ends": list(generation.token_ends),
+            "token_ids": list(generation.token_ids),
+        }
+        return generation
+
+    async def close(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text("".join(json.dumps({"key": k, **v}) + "\n" for k, v in self.recorded.items()))
+        await super().close()
+
+
+class ReplayEngine(LocalModel):
+    """Answers each request with its recorded answer at once; ``missed`` counts those not recorded."""
+
+    def __init__(self, settings: Settings, path: Path) -> None:
+        self._settings = settings
+        self._model_dir = resolve_model_dir(settings)
+        self._chat_ids = None
+        lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        self._answers = {line.pop("key"): line for line in lines}
+        self.asked = 0
+        self.missed = 0
+
+    async def start(self) -> None:
+        self._load_tokenizer()
+
+    async def close(self) -> None:
+        return None
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        self.asked += 1
+        ids = self.prompt_ids(request.messages)  # as ProcessEngine makes them in the service's process
+        found = self._answers.get(request_key(request))
+        if found is None:
+            self.missed += 1
+            found = {"text": "{}", "completion_tokens": 2, "finish_reason": "stop", "token_logprobs": []}
+        text = found["text"]
+        logprobs = tuple(found.get("token_logprobs", ())) if request.logprobs else ()
+        ends = tuple(found.get("token_ends", ()))
+        if logprobs:  # the answer's token places from its ids, as the service's process does them
+            answer = found.get("token_ids") or list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            if len(answer) == len(logprobs):
+                ends = self.token_ends(answer, text)
+        return Generation(
+            text,
+            len(ids),
+            int(found["completion_tokens"]),
+            finish_reason=found["finish_reason"],
+            token_ends=ends,
+            token_logprobs=logprobs,
+        )
 
 
 def answers(extractor: Extractor, items: Sequence[GoldItem]) -> dict[str, str]:

@@ -303,3 +303,24 @@ def test_actors_sharing_a_gpu_each_take_their_share_of_it() -> None:
     assert ray_batch.actor_settings(settings, 0.0) == settings
     chosen = settings.with_(mask_threads=3)
     assert ray_batch.actor_settings(chosen, 0.5).mask_threads == 3  # the user's setting stands
+
+
+def test_actors_sharing_a_gpu_share_the_conversion_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four actors of a 16-core host's default 8 conversion processes take 2 each; a setting stands."""
+    monkeypatch.setattr("extractor.config.os.sched_getaffinity", lambda _pid: set(range(16)), raising=False)
+    monkeypatch.setattr("extractor.config.os.cpu_count", lambda: 16)
+    settings = Settings.from_env({}, engine="scripted")
+    assert settings.conversion_workers == 8
+    assert ray_batch.actor_settings(settings, 0.25).conversion_processes == 2
+    assert ray_batch.actor_settings(settings.with_(conversion_processes=6), 0.25).conversion_processes == 6
+    assert ray_batch.actor_settings(settings.with_(conversion_processes=0), 0.25).conversion_processes == 0
+
+
+def test_a_ray_batch_counts_its_rate_from_the_actors_first_call() -> None:
+    """The actors' start (engines one after another) is start_s; the rate counts the calls' window only."""
+    window = ray_batch.Window()
+    assert window.split(100.0, 190.0) == (0.0, 90.0)  # no call came back: the whole run
+    window.add([160.0, 161.0], [170.0, 172.0])
+    window.add([165.0], [185.0])
+    assert window.split(100.0, 190.0) == (60.0, 25.0)
+    assert ray_batch.Window(first=90.0, last=95.0).split(100.0, 190.0) == (0.0, 90.0)  # another clock: as a whole

@@ -119,7 +119,8 @@ class BatchSummary:
     completion_tokens: int = 0
     skipped: int = 0  # rows found already written at start
     written: int = 0  # rows written by this run
-    elapsed_s: float = 0.0
+    elapsed_s: float = 0.0  # extracting: from the engines ready (their first row) to the last record
+    start_s: float = 0.0  # before that: the engines' start (a Ray batch's actors too)
     complete: bool = False
     # Seconds per pipeline stage, summed over the rows (extractor.stages; engine waits overlap).
     stages: dict[str, float] = field(default_factory=dict)
@@ -163,7 +164,7 @@ class BatchSummary:
         lines = [
             f"rows {self.rows}: ok {self.ok}, failed {self.failed}" + (f" ({kinds})" if kinds else ""),
             f"this run: {self.written} written, {self.skipped} already done, {self.elapsed_s:.1f} s, "
-            f"{self.docs_per_s:.2f} docs/s",
+            f"{self.docs_per_s:.2f} docs/s" + (f" (engines ready in {self.start_s:.1f} s)" if self.start_s else ""),
             f"repaired {self.repaired}, mean attempts {self.mean_attempts:.2f}, "
             f"tokens {self.prompt_tokens} prompt + {self.completion_tokens} completion",
         ]
@@ -278,7 +279,9 @@ async def run_batch(extractor: Extractor, config: BatchConfig, *, progress: Prog
         summary.skipped = summary.rows
         if progress is not None:
             progress.start(total=total, done=summary.rows, errors=summary.failed)
+        started = time.perf_counter()
         await extractor.astart()
+        summary.start_s = time.perf_counter() - started
         writer = _Writer(journal, summary, config, progress)
         started = time.perf_counter()
         try:
