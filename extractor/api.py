@@ -149,10 +149,19 @@ class Extractor:
     async def astart(self) -> None:
         """Start the engine (loads the model); idempotent."""
         if not self._started:
-            await self.engine.start()
+            tasks = [t for n, t in self.catalog.tasks.items() if self._tasks is None or n in self._tasks]
+            # while the engine loads: what the tasks' first texts would build (each field's pool index)
+            await asyncio.gather(self.engine.start(), asyncio.to_thread(self._prepare, tasks))
             for model in self._task_models():  # one after another: each sizes its share of the memory
                 await self._model_engine(model).start()
             self._started = True
+
+    def _prepare(self, tasks: Sequence[Task]) -> None:
+        for task in tasks:
+            try:
+                pipeline.prepare(task, self.settings)
+            except ExtractorError:  # its first text meets the same error, with the request that asked
+                continue
 
     def start(self) -> None:
         """Blocking :meth:`astart`."""

@@ -225,9 +225,14 @@ def is_unspaced(char: str) -> bool:
     return bool(_UNSPACED.match(char))
 
 
+def has_unspaced(text: str) -> bool:
+    """Whether ``text`` holds a character of a script written without spaces between words."""
+    return _UNSPACED.search(text) is not None
+
+
 def split_unspaced(word: str) -> list[str]:
     """``word`` with each character of an unspaced script on its own: ``故宫Beijing`` -> ``故``, ``宫``, ``Beijing``."""
-    if not _UNSPACED.search(word):  # the common case, without a Python step per character
+    if not has_unspaced(word):  # the common case, without a Python step per character
         return [word] if word else []
     pieces: list[str] = []
     run = ""

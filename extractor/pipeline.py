@@ -159,6 +159,18 @@ def served(task: Task, settings: Settings) -> Task:
     return task
 
 
+def prepare(task: Task, settings: Settings) -> None:
+    """Build now what the task's texts reuse, not on the first one: read by field, each field's task and pool index.
+
+    Each field's worked examples come from its own index over the pool (:func:`passages.field_task`):
+    0.6 s for the four fields of the contract task over 254 documents' passages, on 2 cores.
+    """
+    task = served(task, settings)
+    if task.reads_by_field:
+        for name in task.schema.get("properties", {}):
+            passages.field_task(task, name)
+
+
 @functools.lru_cache(maxsize=256)
 def _without_adapter(task: Task) -> Task:
     # One copy per task: tasks hash by identity, and the prompt's caches (the system turn, the

@@ -81,3 +81,32 @@ def test_a_tokenizer_the_pieces_disagree_with_goes_back_to_whole_encodes() -> No
     assert list(ids(chat)) == chat_token_ids(tokenizer, chat)  # type: ignore[arg-type]
     assert ids._pieces is None  # for good
     assert ChatIds(CountingTokenizer())._pieces is None  # no fast tokenizer behind it: whole encodes
+
+
+def test_a_long_passage_is_encoded_line_by_line_as_one_whole_encode_and_its_lines_once() -> None:
+    """Each field of a passage asks its lines again in another turn: they are encoded once, the ids unchanged."""
+    tokenizer = load_tokenizer(resolve_model_dir(Settings.from_env({})))
+    ids = ChatIds(tokenizer)
+    assert ids._pieces is not None and ids._pieces.by_lines
+    ids._pieces.checks_left = 0
+    passage = "\n".join(
+        f"{n}. This Agreement, dated May {n}, 2014,\nruns for two (2) years;  see §{n}(b).\n\n  Delaware law governs."
+        for n in range(1, 40)
+    )
+    for field in ("party", "term"):
+        chat = [{"role": "user", "content": f"Read the {field}.\n\n{passage}\n摩尔人 😀"}]
+        assert list(ids(chat)) == chat_token_ids(tokenizer, chat)  # type: ignore[arg-type]
+    assert ids._pieces._piece.cache_info().hits > 40  # the second field's turn: its passage lines known
+
+
+def test_a_tokenizer_that_joins_words_across_a_line_break_keeps_whole_pieces() -> None:
+    from extractor.engines.tokenizer import PieceIds
+
+    class Joining:
+        """One token for the whole text given: a word is never cut, not even at a line break."""
+
+        def encode(self, text: str, add_special_tokens: bool = False) -> Any:
+            return type("Encoding", (), {"ids": [len(text)]})()
+
+    pieces = PieceIds(Joining(), {"<s>": 1})
+    assert not pieces.by_lines

@@ -5,14 +5,16 @@ The index is built once per pool, when the catalog loads. A query scores every p
 ``bench/retrieval.py``) and takes the best in a deterministic order: score, then pool order.
 The scores are bm25s's own, summed here from its index: its ``get_scores`` adds each query word's
 postings with ``np.add.at``, which took a third of the pipeline's thread in the service on the H200
-(py-spy, ``bench/results/raw/gpu-pyspy-http-skip.txt``); a word's postings name each document once,
-so one indexed add per word gives the same float32 sums in the same order.
+(py-spy, ``bench/results/raw/gpu-pyspy-http-skip.txt``), and one indexed add per query word still
+took the most of reading a contract's worked examples (a passage is a query of thousands of words):
+every word's postings are gathered and summed per document in one ``np.bincount``, in float64.
 With ``diverse``, a candidate whose words mostly repeat an already chosen example's is passed
 over, so three near-copies of one template do not crowd out the other patterns.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import unicodedata
@@ -20,7 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from extractor.grounding import split_unspaced
+from extractor.grounding import has_unspaced, split_unspaced
 
 _WORD = re.compile(r"\w+")
 # Two texts whose word sets overlap this much (Jaccard) are near-duplicates.
@@ -29,10 +31,20 @@ NEAR_DUPLICATE = 0.8
 
 def tokens(text: str) -> list[str]:
     """Lower-cased words; each character of an unspaced script (CJK, Thai...) is a word of its own."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    words = _WORD.findall(folded)
+    if not has_unspaced(folded):  # the common case, without a Python step per word
+        return words
     found: list[str] = []
-    for word in _WORD.findall(unicodedata.normalize("NFKC", text).casefold()):
+    for word in words:
         found += split_unspaced(word)
     return found
+
+
+# A passage read by field is a query of each field's pool in turn: its words are found once.
+@functools.lru_cache(maxsize=256)
+def _query(text: str) -> tuple[str, ...]:
+    return tuple(tokens(text))
 
 
 class Selector:
@@ -50,13 +62,17 @@ class Selector:
         self._sets = [frozenset(w) for w in words]
         self._size = len(texts)
         self._index: bm25s.BM25 | None = None
-        self._postings: tuple[np.ndarray, np.ndarray, list[int]] = (np.zeros(0), np.zeros(0, dtype=np.int64), [0])
+        self._postings: tuple[np.ndarray, np.ndarray, np.ndarray] = (
+            np.zeros(0),
+            np.zeros(0, dtype=np.int64),
+            np.zeros(1, dtype=np.int64),
+        )
         if self._size:
             self._index = bm25s.BM25()
             # Empty token lists would make bm25s drop rows (and shift indices): keep a placeholder.
             self._index.index([w or ["\x00"] for w in words], show_progress=False)
             index = self._index.scores
-            self._postings = (index["data"], index["indices"], [int(i) for i in index["indptr"]])
+            self._postings = (index["data"], index["indices"], np.asarray(index["indptr"], dtype=np.int64))
 
     def __len__(self) -> int:
         return self._size
@@ -66,17 +82,18 @@ class Selector:
         if self._index is None:
             return np.zeros(0)
         vocabulary = self._index.vocab_dict
-        query = [vocabulary[t] for t in tokens(text) if t in vocabulary]
+        query = [vocabulary[t] for t in _query(text) if t in vocabulary]
         if not query:
             return np.zeros(self._size)
         if self._index.nonoccurrence_array is not None:  # a BM25 variant with a score for absent words
             return np.asarray(self._index.get_scores_from_ids(query), dtype=np.float64)
         data, documents, starts = self._postings
-        summed = np.zeros(self._size, dtype=data.dtype)
-        for word in query:
-            start, end = starts[word], starts[word + 1]
-            summed[documents[start:end]] += data[start:end]  # each document once per word: as np.add.at
-        return summed.astype(np.float64)
+        words = np.asarray(query, dtype=np.int64)
+        first, lengths = starts[words], starts[words + 1] - starts[words]
+        # every query word's postings, in query order, summed per document in one pass (a word said
+        # twice counts twice, as in bm25s); the sums in float64, not bm25s's float32
+        at = np.repeat(first - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
+        return np.bincount(documents[at], weights=data[at], minlength=self._size)
 
     def nearest(self, text: str, k: int, *, diverse: bool = True) -> list[int]:
         """Indices of the ``k`` pool texts nearest to ``text``, best first.

@@ -10,6 +10,7 @@ numbers); the normalizer of the field reads each, and the first whose value equa
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import re
 from collections.abc import Iterator
@@ -105,6 +106,17 @@ def find(
 
 def candidates(text: str, kind: str) -> Iterator[tuple[int, int]]:
     """Phrases of ``text`` that may state a value of ``kind``, in reading order."""
+    return iter(_candidates(text, kind))
+
+
+# A passage's phrases are looked for again by each attempt's answer (widened, fitted) and each
+# field's grammar: the regular expressions over the whole passage were a third of reading an answer.
+@functools.lru_cache(maxsize=256)
+def _candidates(text: str, kind: str) -> tuple[tuple[int, int], ...]:
+    return tuple(_scan(text, kind))
+
+
+def _scan(text: str, kind: str) -> Iterator[tuple[int, int]]:
     if kind in ("date", "date-time"):
         for match in (_DATE_TIMES if kind == "date-time" else _DATES).finditer(text):
             yield match.span()
