@@ -96,6 +96,22 @@ def _catalog(tmp_path: Path) -> Path:
     return root
 
 
+def _pooled_catalog(tmp_path: Path) -> Path:
+    """The contract task with a pool imported from one labelled DOCX (its passages, in their own words)."""
+    from extractor.examples.importing import import_gold
+
+    from .documents import docx_bytes
+
+    root = _catalog(tmp_path)
+    (tmp_path / "nda.docx").write_bytes(docx_bytes([p + "." for p in TEXT.split(". ") if p]))
+    label = {"party": ["Acme Widgets Inc."], "effective_date": "2014-05-20", "jurisdiction": "New York", "term": None}
+    (tmp_path / "gold.jsonl").write_text(json.dumps({"file": "nda.docx", "expected": label}) + "\n")
+    lines, _ = import_gold(tmp_path / "gold.jsonl", Catalog.load(root).get("nda"))
+    (root / "examples").mkdir()
+    (root / "examples" / "nda.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return root
+
+
 def test_labelled_documents_become_passages_in_their_own_words(tmp_path: Path) -> None:
     from extractor.examples.importing import import_gold
 
@@ -196,21 +212,13 @@ async def test_a_list_no_passage_answers_is_empty_not_a_failed_document(tmp_path
 
 async def test_an_adapter_trained_by_field_learns_and_serves_the_field_requests_only(tmp_path: Path) -> None:
     from extractor.adapters import manifest
-    from extractor.examples.importing import import_gold
     from extractor.jobs.adapting import field_tasks
     from extractor.training import data
 
-    from .documents import docx_bytes
-
-    root = _catalog(tmp_path)
-    (tmp_path / "nda.docx").write_bytes(docx_bytes([p + "." for p in TEXT.split(". ") if p]))
-    label = {"party": ["Acme Widgets Inc."], "effective_date": "2014-05-20", "jurisdiction": "New York", "term": None}
-    (tmp_path / "gold.jsonl").write_text(json.dumps({"file": "nda.docx", "expected": label}) + "\n")
-    lines, _ = import_gold(tmp_path / "gold.jsonl", Catalog.load(root).get("nda"))
-    (root / "examples").mkdir()
-    (root / "examples" / "nda.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    root = _pooled_catalog(tmp_path)
     task = Catalog.load(root).get("nda")
 
+    lines = [json.loads(x) for x in (root / "examples" / "nda.jsonl").read_text().splitlines()]
     # The training chats: one field over one passage each, as serving asks for it
     samples, refused = data.samples(task, fields=field_tasks(task))
     assert not refused and samples
@@ -261,3 +269,29 @@ async def test_a_passage_read_by_field_yields_its_worked_examples_not_its_size_t
     assert all(c.end - c.start <= 600 for c in result.chunks) and len(result.chunks) < 12  # not shrunk
     assert any(n.startswith("worked examples left out: with them the prompt") for n in result.notes)
     assert not any("Gamma Corp." in m["content"] for r in engine.history for m in r.messages)
+
+
+async def test_each_fields_pool_index_and_answers_are_made_while_the_engine_starts(tmp_path: Path) -> None:
+    """The first document of a task read by field does not build its fields' pool indexes, nor render
+    its worked examples' typed answers (dateparser over each example's text): the start did."""
+    from extractor import passages
+    from extractor.catalog import prompting
+
+    root = _pooled_catalog(tmp_path)
+    catalog = Catalog.load(root)
+    task = catalog.get("nda")
+    assert task.reads_by_field
+    extractor = Extractor(settings=Settings.from_env({}, tasks_dir=root), catalog=catalog, engine=ScriptedEngine())
+    await extractor.astart()
+    before = passages.field_task.cache_info()
+    for name in task.schema["properties"]:
+        passages.field_task(task, name)
+    after = passages.field_task.cache_info()
+    assert after.hits - before.hits == len(task.schema["properties"]) and after.misses == before.misses
+    dated = passages.field_task(task, "effective_date")
+    assert dated.values and dated.pool is not None and len(dated.pool.examples)
+    rendered = prompting._answer.cache_info()
+    for example in dated.pool.examples:
+        shown = prompting.answer(dated, example.text, example.output)
+        assert "2014-05-20" not in shown  # the date as the example's words state it, not as labelled
+    assert prompting._answer.cache_info().misses == rendered.misses  # all rendered at the start

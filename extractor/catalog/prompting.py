@@ -132,12 +132,30 @@ def _example_hints(task: Task, text: str, output: str, document: str | None) -> 
     return hints_block(task, text, without=alike or (json.loads(output),))
 
 
+ANSWERS_KEPT = 4096  # worked examples' answers remembered (:func:`_answer`'s cache)
+
+
+def prepare_answers(task: Task, *, at_most: int = ANSWERS_KEPT // 4) -> int:
+    """Render now the answers of the task's first ``at_most`` pool lines, where typed values make them cost.
+
+    A typed value is shown as the words of the example's text that state it, found by reading the
+    text's phrases (dateparser: milliseconds each, and its regular expressions compiled on first use).
+    Rendered while the engine starts, the first documents do not pay for them. Returns how many.
+    """
+    if not task.values or task.pool is None:
+        return 0
+    examples = task.pool.examples[:at_most]
+    for example in examples:
+        _answer(task, example.text, compact_json(example.output))
+    return len(examples)
+
+
 def answer(task: Task, text: str, output: Mapping[str, Any]) -> str:
     """``output`` (a pool line's, for ``text``) as the model writes it: typed values as the words stating them."""
     return _answer(task, text, compact_json(output))
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=ANSWERS_KEPT)
 def _answer(task: Task, text: str, output: str) -> str:
     """A worked example's answer as the model gives it: typed values as the words of the text that state them."""
     if not task.values:
