@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import hashlib
 import json
 import time
@@ -37,6 +36,7 @@ from typing import Any
 from bench import common, compact
 from extractor import Extractor
 from extractor.config import Settings
+from extractor.engines import memo
 from extractor.engines.base import Engine, Generation, GenerationRequest, Message
 from extractor.engines.local import LocalModel
 from extractor.engines.memo import MemoEngine
@@ -86,9 +86,8 @@ class InstantEngine(LocalModel):
 
 
 def request_key(request: GenerationRequest) -> str:
-    """A request's identity: its chat, constraint and sampling, hashed."""
-    text = json.dumps(dataclasses.asdict(request), sort_keys=True, default=str, ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+    """A request's identity (:func:`extractor.engines.memo.request_key`), hashed: the file holds no text."""
+    return hashlib.sha256(memo.request_key(request).encode()).hexdigest()[:32]
 
 
 class RecordingEngine(MemoEngine):

@@ -135,19 +135,17 @@ def _example_hints(task: Task, text: str, output: str, document: str | None) -> 
 ANSWERS_KEPT = 4096  # worked examples' answers remembered (:func:`_answer`'s cache)
 
 
-def prepare_answers(task: Task, *, at_most: int = ANSWERS_KEPT // 4) -> int:
+def prepare_answers(task: Task, *, at_most: int = ANSWERS_KEPT // 4) -> None:
     """Render now the answers of the task's first ``at_most`` pool lines, where typed values make them cost.
 
     A typed value is shown as the words of the example's text that state it, found by reading the
     text's phrases (dateparser: milliseconds each, and its regular expressions compiled on first use).
-    Rendered while the engine starts, the first documents do not pay for them. Returns how many.
+    Rendered while the engine starts, the first documents do not pay for them.
     """
     if not task.values or task.pool is None:
-        return 0
-    examples = task.pool.examples[:at_most]
-    for example in examples:
+        return
+    for example in task.pool.examples[:at_most]:
         _answer(task, example.text, compact_json(example.output))
-    return len(examples)
 
 
 def answer(task: Task, text: str, output: Mapping[str, Any]) -> str:

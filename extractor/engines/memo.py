@@ -20,6 +20,11 @@ from collections.abc import Sequence
 from extractor.engines.base import Engine, Generation, GenerationRequest, Message
 
 
+def request_key(request: GenerationRequest) -> str:
+    """A request's identity: its chat, constraint and sampling (requests equal in all three are one)."""
+    return json.dumps(dataclasses.asdict(request), sort_keys=True, default=str)
+
+
 class MemoEngine:
     """``engine``, each distinct request sent to it once (identical requests in flight share one)."""
 
@@ -42,7 +47,7 @@ class MemoEngine:
 
     async def generate(self, request: GenerationRequest) -> Generation:
         self.asked += 1
-        key = json.dumps(dataclasses.asdict(request), sort_keys=True, default=str)
+        key = request_key(request)
         found = self._answers.get(key)
         if found is None:
             found = self._answers[key] = asyncio.ensure_future(self.engine.generate(request))

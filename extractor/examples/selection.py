@@ -89,7 +89,8 @@ class Selector:
             return np.asarray(self._index.get_scores_from_ids(query), dtype=np.float64)
         data, documents, starts = self._postings
         words = np.asarray(query, dtype=np.int64)
-        first, lengths = starts[words], starts[words + 1] - starts[words]
+        first = starts[words]
+        lengths = starts[words + 1] - first
         # every query word's postings, in query order, summed per document in one pass (a word said
         # twice counts twice, as in bm25s); the sums in float64, not bm25s's float32
         at = np.repeat(first - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
