@@ -281,9 +281,13 @@ def cpu_since(before: dict[str, float], seconds: float) -> dict[str, float]:
     return dict(sorted(((k, round(v, 3)) for k, v in used.items() if v >= 0.01), key=lambda kv: -kv[1]))
 
 
+SPY_RATE = 100  # py-spy's samples a second
+
+
 @contextmanager
-def profiled(out: Path | None) -> Iterator[None]:
-    """py-spy samples this process (all threads, native ids) into ``out`` while the block runs; off if None."""
+def profiled(out: Path | None, *, subprocesses: bool = False) -> Iterator[None]:
+    """py-spy samples this process (all threads, native ids; its children too with ``subprocesses``, vLLM's
+    engine core among them) into ``out`` while the block runs; off if None."""
     spy = shutil.which("py-spy")
     if out is None or spy is None:
         yield
@@ -293,7 +297,8 @@ def profiled(out: Path | None) -> Iterator[None]:
 
     # Yama's ptrace_scope 1 lets only an ancestor trace: allow any process of ours to (PR_SET_PTRACER_ANY).
     ctypes.CDLL(None).prctl(0x59616D61, ctypes.c_ulong(-1 & 0xFFFFFFFFFFFFFFFF), 0, 0, 0)
-    command = [spy, "record", "--pid", str(os.getpid()), "--rate", "100", "--threads", "--format", "raw"]
+    command = [spy, "record", "--pid", str(os.getpid()), "--rate", str(SPY_RATE), "--threads", "--format", "raw"]
+    command += ["--subprocesses"] if subprocesses else []
     spying = subprocess.Popen([*command, "--output", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     time.sleep(1.0)  # attached
     try:

@@ -24,8 +24,10 @@ import asyncio
 import dataclasses
 import hashlib
 import json
+import re
 import statistics
 import sys
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -174,11 +176,93 @@ def _line(layout: dict[str, Any]) -> str:
     return line + (f"; P5 against free text of the same answers: {same}" if same else "")
 
 
+async def profile(per_task: int, folder: Path) -> str:
+    """The mixed pass under py-spy, vLLM's engine core included (issue 58's item 4): each constrained side and
+    its free twin of the same answers, ``PROFILED_PASSES`` times each, after the warm-up.
+
+    Writes ``pyspy-p5-mixed-{side}.txt`` (raw) into ``folder`` and returns the summary: each pass's tok/s, then
+    the engine core's threads (cores busy) and its main thread's busiest frames.
+    """
+    from bench.gpu_bench import SPY_RATE, profiled
+
+    extractor, items, _ = await common.started()
+    tasks = sorted({i.task for i in items})
+    work = common.jobs(items, tasks, per_task)
+    lines: list[str] = []
+    try:
+        warm = common.jobs(items, tasks, 4)
+        await compact.raw_passes(extractor.engine, extractor, warm, grounded=True)
+        await compact.raw_passes(extractor.engine, extractor, warm)
+        lengths = {side: await answer_lengths(extractor, work, grounded=side == "grounded") for side in _CONSTRAINED}
+        for side in (*_CONSTRAINED, *(f"free_{s}" for s in _CONSTRAINED)):
+            constrained = side.removeprefix("free_")
+            transform = capped if side == constrained else free_as(lengths[constrained])
+            with profiled(folder / f"pyspy-p5-mixed-{side}.txt", subprocesses=True):
+                row = _summed(
+                    [
+                        await mixed_pass(extractor, work, grounded=constrained == "grounded", transform=transform)
+                        for _ in range(PROFILED_PASSES)
+                    ]
+                )
+            tok_s = row["completion_tokens"] / row["seconds"]
+            lines.append(f"== {side}: {tok_s:,.0f} tok/s, {row['docs']} requests in {row['seconds']:.2f} s")
+            print(f"bench: {lines[-1]}", flush=True)
+            raw = folder / f"pyspy-p5-mixed-{side}.txt"
+            if raw.exists():  # none where py-spy is missing
+                lines.append(engine_core(raw, row["seconds"] * SPY_RATE))
+    finally:
+        await extractor.aclose()
+    return "\n".join(lines) + "\n"
+
+
+_CONSTRAINED = ("schema", "grounded")
+PROFILED_PASSES = 3  # a side's passes under one profile: enough samples at py-spy's rate
+
+
+def engine_core(raw: Path, samples_per_core: float, top: int = 45) -> str:
+    """A py-spy raw file cut to vLLM's engine core: each thread's cores busy, then its main thread's frames
+    (inclusive) and leaves, as shares of the main thread's samples."""
+    threads: Counter[str] = Counter()
+    frames: Counter[str] = Counter()
+    leaves: Counter[str] = Counter()
+    for line in raw.read_text(encoding="utf-8").splitlines():
+        stack, _, count = line.rpartition(" ")
+        if "EngineCore" not in stack or not count.isdigit():
+            continue
+        parts = stack.split(";")
+        named = [p for p in parts if p.startswith("thread (")]
+        thread = named[0].split(":", 1)[-1].strip().strip('"') if named else "?"
+        threads[thread] += int(count)
+        if thread == "MainThread":
+            called = [re.sub(r":\d+\)$", ")", p) for p in parts if p.endswith(")")]
+            for frame in dict.fromkeys(called):
+                frames[frame] += int(count)
+            if called:
+                leaves[called[-1]] += int(count)
+    main_samples = max(1, threads["MainThread"])
+    return "\n".join(
+        [
+            *(f"thread {name}: {n / samples_per_core:.2f} cores" for name, n in threads.most_common(8)),
+            "main thread, inclusive:",
+            *(f"  {n / main_samples:6.1%} {frame[:160]}" for frame, n in frames.most_common(top)),
+            "main thread, leaves:",
+            *(f"  {n / main_samples:6.1%} {frame[:160]}" for frame, n in leaves.most_common(top // 2)),
+        ]
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--per-task", type=int, default=50)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--profile", type=Path, help="a folder: the mixed pass per side under py-spy (item 4)")
     args = parser.parse_args()
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
+        summary = asyncio.run(profile(args.per_task, args.profile))
+        (args.profile / "pyspy-p5-mixed-summary.txt").write_text(summary, encoding="utf-8")
+        print(summary)
+        return 0
     report = asyncio.run(measure(args.per_task))
     if args.out:
         common.save(args.out, report)

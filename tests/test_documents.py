@@ -132,3 +132,13 @@ def test_pdf_page_renders_as_png(chromium: Printer) -> None:
 
     image = render_page(chromium.print_pages(landmark_pages()).pdf, page=2, limits=Limits())
     assert image.startswith(b"\x89PNG")
+
+
+def test_pdf_character_outside_the_basic_plane_is_one_character_with_its_box(chromium: Printer) -> None:
+    # PDFium counts UTF-16 units: a pair is one character of the text, and its box is the glyph's
+    printed = chromium.print_pages(['<p>Paid in <span data-mark="v">𝟐𝟎𝟐𝟒</span> by wire.</p>'])
+    document = documents.read(printed.pdf)
+    assert "Paid in 𝟐𝟎𝟐𝟒 by wire." in document.text
+    [box] = document.locate(*find(document, "𝟐𝟎𝟐𝟒")).boxes
+    [(page, x0, _, x1, _)] = printed.marks["v"]  # across: a fallback font's line box is taller than its glyphs
+    assert box.page == page and abs(box.x0 - x0) <= TOLERANCE_PT and abs(box.x1 - x1) <= TOLERANCE_PT, box

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import unicodedata
 from array import array
+from itertools import chain, repeat
 
 from extractor.documents.model import Limits, Segment
 from extractor.errors import DocumentTooLargeError
@@ -82,11 +83,30 @@ class Lines:
         if box[0] == box[0]:  # not NaN: this character has ink
             self.last = (page, box[1], box[3])
 
+    def run(self, chars: list[str], boxes: list[Rect], page: int) -> None:
+        """:meth:`add` for each of ``chars`` (one line's, no confidence) with its box, the run's rest at once."""
+        if not chars:
+            return
+        self.add(chars[0], boxes[0], page)
+        if len(chars) == 1:
+            return
+        rest = boxes[1:]
+        self.out.extend(chars[1:])
+        self.boxes.extend(chain.from_iterable(rest))
+        self.confidences.extend(repeat(NAN, len(rest)))
+        inked = next((box for box in reversed(rest) if box[0] == box[0]), None)  # not NaN: ink
+        if inked is not None:
+            self.last = (page, inked[1], inked[3])
+        self._check(page)
+
     def _append(self, char: str, box: Rect, confidence: float, page: int) -> None:
         self.out.append(char)
         self.boxes.extend(box)
         self.confidences.append(confidence)
-        if self.length > self.limits.max_chars:
+        self._check(page)
+
+    def _check(self, page: int) -> None:
+        if len(self.out) > self.limits.max_chars:
             raise DocumentTooLargeError(
                 f"the PDF's text is over {self.limits.max_chars} characters by page {page} "
                 "(EXTRACTOR_MAX_DOCUMENT_CHARS); split it"

@@ -197,63 +197,89 @@ _JOIN = ("\x02", NO_BOX)
 
 
 def _layer(page: pdfium.PdfPage) -> list[_Item]:
-    """The page's text layer: each character with its box (relative to the crop box's top-left corner)."""
+    """The page's text layer: each character with its box (relative to the crop box's top-left corner).
+
+    Characters PDFium generated (the spaces and line breaks it inserts) and glyphs without area have no box:
+    PDFium gives a generated character an empty box at its origin. The page's text is read in one call
+    (:func:`_codes`) and each box through one reused buffer: a contract's text layer costs a third of
+    what a call per character for its text, its kind and its box did.
+    """
     # boxes relative to the visible page (the crop box, which is what a renderer draws)
     left, _, _, top = page.get_cropbox()
     textpage = page.get_textpage()
-    items: list[_Item] = []
+    handle = textpage.raw
+    loose_box = raw.FPDFText_GetLooseCharBox
     rect = raw.FS_RECTF()
+    into, box_floats = ctypes.byref(rect), memoryview(rect).cast("B").cast("f")  # left, top, right, bottom
+    items: list[_Item] = []
+    append = items.append
     try:
-        count = textpage.count_chars()
+        count = raw.FPDFText_CountChars(handle)
+        codes = _codes(handle, count)
         low = False  # the previous character was a surrogate pair's high half: this one is done
-        for i in range(count):
+        for i, code in enumerate(codes):
             if low:
                 low = False
                 continue
-            char, low = _char(textpage, i, count)
+            char, low = _char(codes, i) if 0xD800 <= code < 0xE000 else (chr(code), False)
             if char in "\r\n":
-                items.append(("\n", NO_BOX))
-                continue
-            if char in _SOFT_HYPHENS and _at_line_end(textpage, i, count):
-                items.append(_JOIN)
-                continue
-            box = NO_BOX
-            if not (char.isspace() or raw.FPDFText_IsGenerated(textpage, i)):
-                raw.FPDFText_GetLooseCharBox(textpage, i, ctypes.byref(rect))
-                box = (rect.left - left, top - rect.top, rect.right - left, top - rect.bottom)
-            items.append((char, box))
+                append(("\n", NO_BOX))
+            elif char in _SOFT_HYPHENS and i + 1 < count and codes[i + 1] in _LINE_BREAKS:
+                append(_JOIN)  # a hyphen at a line's end (not at the page's: the next page may be anything)
+            elif char.isspace():
+                append((char, NO_BOX))
+            else:
+                loose_box(handle, i, into)
+                x0, y0, x1, y1 = box_floats
+                empty = x0 == x1 and y0 == y1
+                append((char, NO_BOX if empty else (x0 - left, top - y0, x1 - left, top - y1)))
     finally:
         textpage.close()
     return items
 
 
+_LINE_BREAKS = frozenset(map(ord, "\r\n"))
+
+
+def _codes(handle: object, count: int) -> list[int]:
+    """The page's ``count`` characters as UTF-16 code units, by index.
+
+    Its text in one call where PDFium's text view has them all (it may leave out control characters: then
+    a call per character).
+    """
+    buffer = (ctypes.c_ushort * (count + 1))()
+    if raw.FPDFText_GetText(handle, 0, count, buffer) == count + 1:  # with the terminating NUL
+        # the text view writes a line-end hyphen U+FFFE where a character's own code is U+0002
+        return [0x02 if code == 0xFFFE else code for code in buffer[:count]]
+    return [raw.FPDFText_GetUnicode(handle, i) for i in range(count)]
+
+
 def _add_layer(text: Lines, items: list[_Item], page: int) -> None:
+    chars: list[str] = []
+    boxes: list[tuple[float, float, float, float]] = []
     for item in items:
-        if item is _JOIN:
-            text.joined = True
-        elif item[0] == "\n":
-            text.end_line(page)
+        if item is _JOIN or item[0] == "\n":
+            text.run(chars, boxes, page)
+            chars, boxes = [], []
+            if item is _JOIN:
+                text.joined = True
+            else:
+                text.end_line(page)
         else:
-            text.add(item[0], item[1], page)
+            chars.append(item[0])
+            boxes.append(item[1])
+    text.run(chars, boxes, page)
 
 
-def _char(textpage: pdfium.PdfTextPage, i: int, count: int) -> tuple[str, bool]:
-    """Character ``i`` (PDFium counts UTF-16 units: a pair is one character), and whether it took ``i + 1`` too."""
-    code = raw.FPDFText_GetUnicode(textpage, i)
-    if 0xD800 <= code < 0xDC00 and i + 1 < count:
-        following = raw.FPDFText_GetUnicode(textpage, i + 1)
-        if 0xDC00 <= following < 0xE000:
-            return chr(0x10000 + ((code - 0xD800) << 10) + (following - 0xDC00)), True
-    if 0xD800 <= code < 0xE000:
-        return "\ufffd", False  # half a pair: a broken font map
-    return chr(code), False
+def _char(codes: list[int], i: int) -> tuple[str, bool]:
+    """Character ``i`` where it is a surrogate, and whether it took ``i + 1`` too.
 
-
-def _at_line_end(textpage: pdfium.PdfTextPage, i: int, count: int) -> bool:
-    """Whether character ``i`` is the last of its line (the next is a line break, or the page ends)."""
-    if i + 1 >= count:
-        return False  # a hyphen at the very end of a page: kept (the next page may be anything)
-    return chr(raw.FPDFText_GetUnicode(textpage, i + 1)) in "\r\n"
+    PDFium counts UTF-16 units: a pair is one character.
+    """
+    code = codes[i]
+    if code < 0xDC00 and i + 1 < len(codes) and 0xDC00 <= codes[i + 1] < 0xE000:
+        return chr(0x10000 + ((code - 0xD800) << 10) + (codes[i + 1] - 0xDC00)), True
+    return "\ufffd", False  # half a pair: a broken font map
 
 
 def render_page(data: bytes, *, page: int, limits: Limits, max_pixels: int = MAX_RENDER_PIXELS) -> bytes:
