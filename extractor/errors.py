@@ -153,6 +153,18 @@ class ExtractionFailed(ExtractorError):  # noqa: N818 - the name users catch, as
         super().__init__(f"task {task!r}: no valid result after {len(self.attempts)} attempt(s): {detail}")
 
 
+class UnstatedValueError(ExtractionFailed):
+    """A passage read for one typed field states no phrase of its kind, and the field may not be null.
+
+    Nothing was asked: the substring rule would only have let the model guess (``reason`` says which field).
+    """
+
+    def __init__(self, task: str, *, reason: str) -> None:
+        super().__init__(task, [])
+        self.reason = reason
+        self.args = (f"task {task!r}: {reason}",)
+
+
 class ChunkedExtractionFailed(ExtractionFailed):
     """A long document's chunks could not all be extracted, or their merge broke the schema.
 

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 from extractor import chunking
 from extractor.catalog.tasks import SETTINGS_KEY, Task, describe_fields, task_from_schema
 from extractor.chunking import Chunk
-from extractor.errors import ChunkedExtractionFailed, ExtractionFailed
+from extractor.errors import ChunkedExtractionFailed, ExtractionFailed, UnstatedValueError
 from extractor.examples.lexicon import Lexicon
 from extractor.examples.pool import Example, ExamplePool
 from extractor.examples.selection import Selector
@@ -291,7 +291,10 @@ async def read_by_field(
     for (query, index, position), outcome in zip(jobs, outcomes, strict=True):
         if isinstance(outcome, BaseException):
             chunk = passages[index]
-            notes.append(f"/{query.name}: no valid answer from passage {index} (characters {chunk.start}-{chunk.end})")
+            why = f": {outcome.reason}" if isinstance(outcome, UnstatedValueError) else ""
+            notes.append(
+                f"/{query.name}: no valid answer from passage {index} (characters {chunk.start}-{chunk.end}){why}"
+            )
             continue
         found = chunking.offset_spans(outcome.spans, passages[index].start)
         scores = outcome.confidences or {}

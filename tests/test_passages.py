@@ -295,3 +295,23 @@ async def test_each_fields_pool_index_and_answers_are_made_while_the_engine_star
         shown = prompting.answer(dated, example.text, example.output)
         assert "2014-05-20" not in shown  # the date as the example's words state it, not as labelled
     assert prompting._answer.cache_info().misses == rendered.misses  # all rendered at the start
+
+
+async def test_a_typed_field_is_not_asked_of_a_passage_that_states_no_value_of_its_kind(tmp_path: Path) -> None:
+    root = _catalog(tmp_path)
+    settings = Settings.from_env({}, home=tmp_path / "home", engine="scripted")
+    for expect in (True, False):
+        schema = json.loads(json.dumps(SCHEMA))
+        own = {"from": ["start", "end"], "passages": 1, "expect": expect}
+        schema["properties"]["effective_date"]["x-extractor"] = own
+        (root / "schemas" / "nda.json").write_text(json.dumps(schema))
+        engine = ScriptedEngine(respond=respond)
+        extractor = Extractor(settings=settings, engine=engine, catalog=Catalog.load(root))
+        result = await extractor.aextract("nda", TEXT)
+        assert result.data["effective_date"] == "2014-05-20"
+        # the last passage states no date: it is not asked (the first is)
+        [dated] = [r.messages[-1]["content"] for r in engine.history if '\\"effective_date\\"' in (r.grammar or "")]
+        assert "May 20, 2014" in dated
+        # where the field may not be null, the passage fails at once and says why; else its answer is null
+        failed = [n for n in result.notes if "states no date, and /effective_date may not be null: not asked" in n]
+        assert len(failed) == (1 if expect else 0), result.notes

@@ -102,6 +102,7 @@ def test_a_field_with_no_phrase_is_null_and_refused_evidence_leaves_the_grammar(
     grammar = grounded_decoding.constrain(task.answer_schema, "The landlord is Ann.", everywhere=True, phrases=lookup)
     assert grammar is not None and grammar.grammar is not None
     assert 'ph0: "null"\n' in grammar.grammar  # no date in the text: null without a token of evidence
+    assert ("#/properties/start_date", "date") in grammar.unstated  # a field read alone is then not asked
     lookup = phrases.Lookup(LEASE, task.values)
     assert lookup.refuse("/term", "a month") and not lookup.refuse("/term", "a month")
     assert not lookup.refuse("/term", "not a phrase")

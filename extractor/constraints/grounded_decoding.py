@@ -68,6 +68,9 @@ class Constrained:
     schema: dict[str, Any] | None = None
     grammar: str | None = None
     note: str | None = None
+    # (schema pointer, kind) of each typed value held to the text's phrases of its kind where the text
+    # has none: null is all it may be, or, where it may not be null, the substring rule's guess
+    unstated: tuple[tuple[str, str], ...] = ()
 
 
 def extractive_nodes(schema: Mapping[str, Any], *, everywhere: bool) -> dict[int, str]:
@@ -199,7 +202,10 @@ def constrain(
     note = None
     if lark.posthoc:
         note = f"checked after generation (pattern or format): {', '.join(lark.posthoc)}"
-    return Constrained(lark.fields, "grammar", grammar=lark.lark, note=note)
+    unstated = tuple(
+        (r.pointer, r.kind) for r in planned.phrase_rules if listed.get(r.pointer) is not None and not listed[r.pointer]
+    )
+    return Constrained(lark.fields, "grammar", grammar=lark.lark, note=note, unstated=unstated)
 
 
 # (id(schema), everywhere) -> (the schema, kept so that its id is not reused; its grounded fields;
