@@ -153,18 +153,6 @@ class ExtractionFailed(ExtractorError):  # noqa: N818 - the name users catch, as
         super().__init__(f"task {task!r}: no valid result after {len(self.attempts)} attempt(s): {detail}")
 
 
-class UnstatedValueError(ExtractionFailed):
-    """A passage read for one typed field states no phrase of its kind, and the field may not be null.
-
-    Nothing was asked: the substring rule would only have let the model guess (``reason`` says which field).
-    """
-
-    def __init__(self, task: str, *, reason: str) -> None:
-        super().__init__(task, [])
-        self.reason = reason
-        self.args = (f"task {task!r}: {reason}",)
-
-
 class ChunkedExtractionFailed(ExtractionFailed):
     """A long document's chunks could not all be extracted, or their merge broke the schema.
 
@@ -175,6 +163,14 @@ class ChunkedExtractionFailed(ExtractionFailed):
         super().__init__(task, attempts)
         self.reason = reason
         self.args = (f"task {task!r}: {reason}",)
+
+
+class UnstatedValueError(ChunkedExtractionFailed):
+    """A passage read for one typed field states no phrase of its kind, and the field may not be null.
+
+    Nothing was asked (no attempts): the substring rule would only have let the model guess (``reason``
+    says which field).
+    """
 
 
 class ReviewError(ExtractorError):

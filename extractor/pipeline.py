@@ -248,15 +248,15 @@ async def extract_text(
     engine: Engine,
     *,
     chunk: int | None = None,
-    examples_yield: bool = False,
-    one_field: bool = False,
+    by_field: bool = False,
 ) -> Extracted:
     """The attempt loop on one text (a whole document or one chunk; ``chunk`` tags its attempts).
 
-    ``examples_yield``: a passage read by field, checked for the window without worked examples
-    (:func:`split_for`): where its examples leave no room for the answer, it is read without them, with a note.
-    ``one_field``: ``task`` is one field of a task read by field (:mod:`extractor.passages`): where that
-    field is a typed value and the text states no phrase of its kind, nothing is asked (:func:`_unasked`).
+    ``by_field``: ``task`` is one field of a task read by field, ``text`` one of its passages
+    (:mod:`extractor.passages`). The passage was checked for the window without worked examples
+    (:func:`split_for`): where its examples leave no room for the answer, it is read without them, with a
+    note. Where the field is a typed value and the passage states no phrase of its kind, nothing is asked
+    (:func:`_unasked`).
     """
     constrained = None
     decoded = task.answer_schema
@@ -266,7 +266,7 @@ async def extract_text(
     if p.grounded_decoding is not False:
         with stage("grammar"):
             constrained = _constrain(decoded, text, p, lookup, grammar_failed)
-    if one_field and constrained is not None and constrained.unstated:
+    if by_field and constrained is not None and constrained.unstated:
         unasked = _unasked(task, constrained)
         if unasked is not None:
             return unasked
@@ -287,7 +287,7 @@ async def extract_text(
             messages = render(shown, text, feedback=feedback, previous=previous)
         with stage("tokenizing"):
             prompt_tokens = engine.count_prompt_tokens(messages)
-        if examples_yield and shown is task and prompt_tokens + budget > engine.max_model_len:
+        if by_field and shown is task and prompt_tokens + budget > engine.max_model_len:
             yielded = [
                 f"worked examples left out: with them the prompt ({prompt_tokens} tokens) left no room in the "
                 f"{engine.max_model_len}-token model window for a {budget}-token answer"
@@ -531,7 +531,7 @@ def _unasked(task: Task, constrained: Constraint) -> Extracted | None:
     answer = {names[0]: None}
     if not validate(task.validator, answer):
         return Extracted(answer, [], [], [], constrained.fields, decoding=constrained)
-    raise UnstatedValueError(task.name, reason=f"it states no {kind}, and /{names[0]} may not be null: not asked")
+    raise UnstatedValueError(task.name, [], reason=f"it states no {kind}, and /{names[0]} may not be null: not asked")
 
 
 def _phrase_hints(task: Task, lookup: phrases.Lookup | None, answer: Answer) -> list[str]:
@@ -602,7 +602,7 @@ def split_for(task: Task, text: str, p: Plan, engine: Engine) -> list[Chunk] | N
     A task read by field with a ``max_chars`` sends its pieces in field requests, each with its own
     worked examples, never in the whole task's prompt: each piece is checked bare (the task's prompt
     without worked examples and hints), and a field request whose examples crowd the window is read
-    without them (:func:`extract_text`'s ``examples_yield``). Rendering every piece with the whole
+    without them (:func:`extract_text`'s ``by_field``). Rendering every piece with the whole
     task's examples only to count it was half the pipeline's CPU a contract (issue 58).
     """
     assert p.chunking is not None
@@ -688,7 +688,7 @@ async def _extract_by_field(task: Task, pieces: Sequence[Chunk], p: Plan, engine
     """Each top-level field from its best passages (see :mod:`extractor.passages`)."""
 
     async def one(narrowed: Task, chunk: Chunk, index: int) -> Extracted:
-        return await extract_text(narrowed, chunk.text, p, engine, chunk=index, examples_yield=True, one_field=True)
+        return await extract_text(narrowed, chunk.text, p, engine, chunk=index, by_field=True)
 
     data, spans, attempts, notes, scored = await passages.read_by_field(task, pieces, one)
     attempts.sort(key=lambda a: (a.chunk or 0, a.number))
