@@ -118,22 +118,25 @@ def catalog_root(documents_: int, into: Path, *, newcomer: bool = False, sources
     return into
 
 
+def tune(args: argparse.Namespace, root: Path) -> float:
+    """As a newcomer would: ``extractor tune --documents`` on ``args.tune`` of the train documents imported; seconds."""
+    started = time.perf_counter()
+    command = [sys.executable, "-m", "extractor.cli", "tune", "nda", "--documents", str(root / "train.jsonl")]
+    command += ["--docs", str(args.tune), "--tasks-dir", str(root), "--engine", args.engine, "--no-try-model"]
+    command += ["--budget", str(args.tune_budget)] if args.tune_budget else []
+    command += ["--train"] if args.train else []  # the adapter as tune's candidate, kept beyond noise
+    command += ["--train-limit", str(args.train_limit)] if args.train and args.train_limit else []
+    subprocess.run(command, check=True)
+    return round(time.perf_counter() - started, 1)
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     lines = [json.loads(line) for line in (DATA / f"{args.split}.jsonl").read_text().splitlines() if line.strip()]
     lines = [line for line in lines if line["id"] in args.id] if args.id else lines
     lines = lines[: args.limit] if args.limit else lines
     into = Path(tempfile.mkdtemp(prefix="kleister-"))
     root = catalog_root(args.pool, into, newcomer=args.newcomer, sources=not args.forget_sources)
-    tuning_s = None
-    if args.tune:  # as a newcomer would: `extractor tune --documents` on the train documents imported
-        started = time.perf_counter()
-        command = [sys.executable, "-m", "extractor.cli", "tune", "nda", "--documents", str(root / "train.jsonl")]
-        command += ["--docs", str(args.tune), "--tasks-dir", str(root), "--engine", args.engine, "--no-try-model"]
-        command += ["--budget", str(args.tune_budget)] if args.tune_budget else []
-        command += ["--train"] if args.train else []  # the adapter as tune's candidate, kept beyond noise
-        command += ["--train-limit", str(args.train_limit)] if args.train and args.train_limit else []
-        subprocess.run(command, check=True)
-        tuning_s = round(time.perf_counter() - started, 1)
+    tuning_s = tune(args, root) if args.tune else None
     training_s = None
     if args.train and not args.tune:  # as an analyst would: `extractor train` on the pool imported (train docs only)
         started = time.perf_counter()

@@ -26,7 +26,7 @@ from extractor.config import MAX_ATTEMPTS_LIMIT, Settings
 from extractor.constraints import grounded_decoding, wrapping
 from extractor.constraints.grounded_decoding import MAX_WORDS as MAX_GROUNDED_WORDS
 from extractor.constraints.grounded_decoding import Constrained as Constraint
-from extractor.engines.base import Engine, Generation, GenerationRequest
+from extractor.engines.base import Engine, Generation, GenerationRequest, Message
 from extractor.errors import (
     ChunkedExtractionFailed,
     ExtractionFailed,
@@ -241,6 +241,16 @@ def fitted(task: Task, text: str, p: Plan, engine: Engine) -> tuple[Plan, str | 
     return replace(p, max_tokens=fit), note
 
 
+def _prompt(
+    task: Task, text: str, engine: Engine, feedback: list[str], previous: str | None
+) -> tuple[list[Message], int]:
+    """The attempt's chat messages and their prompt tokens, each timed as its stage."""
+    with stage("rendering"):
+        messages = render(task, text, feedback=feedback, previous=previous)
+    with stage("tokenizing"):
+        return messages, engine.count_prompt_tokens(messages)
+
+
 async def extract_text(
     task: Task,
     text: str,
@@ -283,25 +293,18 @@ async def extract_text(
     yielded: list[str] = []
     budget, cut = p.max_tokens, False
     for number in range(1, p.max_attempts + 1):
-        with stage("rendering"):
-            messages = render(shown, text, feedback=feedback, previous=previous)
-        with stage("tokenizing"):
-            prompt_tokens = engine.count_prompt_tokens(messages)
+        messages, prompt_tokens = _prompt(shown, text, engine, feedback, previous)
         if by_field and shown is task and prompt_tokens + budget > engine.max_model_len:
             yielded = [
                 f"worked examples left out: with them the prompt ({prompt_tokens} tokens) left no room in the "
                 f"{engine.max_model_len}-token model window for a {budget}-token answer"
             ]
             shown = _bare(task)
-            with stage("rendering"):
-                messages = render(shown, text, feedback=feedback, previous=previous)
-            with stage("tokenizing"):
-                prompt_tokens = engine.count_prompt_tokens(messages)
+            messages, prompt_tokens = _prompt(shown, text, engine, feedback, previous)
         if number > 1 and prompt_tokens + (2 * budget if cut else budget) > engine.max_model_len:
             # A huge (or cut) previous answer must not crowd the text out of the window: re-ask without it.
             clipped = [e if len(e) <= MAX_FEEDBACK_CHARS else e[:MAX_FEEDBACK_CHARS] + "…" for e in feedback]
-            messages = render(shown, text, feedback=clipped, previous=None)
-            prompt_tokens = engine.count_prompt_tokens(messages)
+            messages, prompt_tokens = _prompt(shown, text, engine, clipped, None)
         if cut:
             # The same budget would cut the answer at the same place again: grow it, or stop.
             grown = reask_budget(budget, prompt_tokens=prompt_tokens, max_model_len=engine.max_model_len)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import RESULTS, machine, save
-from bench.kleister import DATA, catalog_root, render, summarize
+from bench.kleister import DATA, catalog_root, render, summarize, tune
 from extractor import stages
 from extractor.config import Settings
 from extractor.jobs.batch import BatchSummary
@@ -132,12 +132,14 @@ def main() -> None:
     parser.add_argument("--engine", default="vllm", help="scripted: a dry run of the plumbing")
     parser.add_argument("--pool", type=int, default=0, help="train documents imported into the pool (0: none)")
     parser.add_argument("--newcomer", action="store_true", help="a newcomer's task: the fields' descriptions only")
+    parser.add_argument("--tune", type=int, default=0, help="first `extractor tune --documents` on N of the pool's")
+    parser.add_argument("--tune-budget", type=float, default=0, help="seconds for that tune (0: none)")
     parser.add_argument("--actors", default="1,2,4", help="points: engines sharing the host's GPU")
     parser.add_argument("--repeat", type=int, default=3, help="copies of the contracts a point reads")
     parser.add_argument("--concurrency", type=int, default=64, help="documents in flight per actor")
     parser.add_argument("--rows-per-call", type=int, default=4, help="documents an actor call takes")
     args = parser.parse_args()
-    args.forget_sources = False
+    args.forget_sources, args.train, args.train_limit = False, False, 0
     if args.repeat < 1:
         parser.error("--repeat: at least 1")
     lines = [json.loads(x) for x in (DATA / f"{args.split}.jsonl").read_text().splitlines() if x.strip()]
@@ -145,8 +147,11 @@ def main() -> None:
     path = RESULTS / "kleister.json"
     with tempfile.TemporaryDirectory(prefix="kleister-actors-") as tmp:
         root = catalog_root(args.pool, Path(tmp) / "catalog", newcomer=args.newcomer)
+        tuning_s = tune(args, root) if args.tune else None  # on this host's engine, before the actors start
         for actors in (int(a) for a in args.actors.split(",")):
             result = point(args, root, lines, Path(tmp), actors)
+            if tuning_s is not None:
+                result |= {"tuned_on_documents": args.tune, "tune_s": tuning_s}
             runs = json.loads(path.read_text()) if path.is_file() else {}
             runs[result["label"]] = result
             save(path, runs)
