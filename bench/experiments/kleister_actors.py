@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -134,6 +135,7 @@ def main() -> None:
     parser.add_argument("--newcomer", action="store_true", help="a newcomer's task: the fields' descriptions only")
     parser.add_argument("--tune", type=int, default=0, help="first `extractor tune --documents` on N of the pool's")
     parser.add_argument("--tune-budget", type=float, default=0, help="seconds for that tune (0: none)")
+    parser.add_argument("--tuned", type=Path, help="a tune's file from another run (tuned/nda.json), kept as found")
     parser.add_argument("--actors", default="1,2,4", help="points: engines sharing the host's GPU")
     parser.add_argument("--repeat", type=int, default=3, help="copies of the contracts a point reads")
     parser.add_argument("--concurrency", type=int, default=64, help="documents in flight per actor")
@@ -148,10 +150,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="kleister-actors-") as tmp:
         root = catalog_root(args.pool, Path(tmp) / "catalog", newcomer=args.newcomer)
         tuning_s = tune(args, root) if args.tune else None  # on this host's engine, before the actors start
+        if args.tuned:  # a tune measured elsewhere (bench.kleister --tune keeps its catalog's tuned/nda.json)
+            (root / "tuned").mkdir(exist_ok=True)
+            shutil.copy(args.tuned, root / "tuned" / "nda.json")
         for actors in (int(a) for a in args.actors.split(",")):
             result = point(args, root, lines, Path(tmp), actors)
             if tuning_s is not None:
                 result |= {"tuned_on_documents": args.tune, "tune_s": tuning_s}
+            if args.tuned:
+                result["tuned"] = json.loads(args.tuned.read_text()).get("chosen")
             runs = json.loads(path.read_text()) if path.is_file() else {}
             runs[result["label"]] = result
             save(path, runs)
