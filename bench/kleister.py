@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ from extractor import Catalog, Extractor, Settings, documents, stages
 from extractor.errors import DocumentError, ExtractorError
 from extractor.examples.importing import import_gold, write_pool
 from extractor.pipeline import Options
+from extractor.results import Attempt
 from extractor.values import Context, ValueField
 from extractor.values.durations import words
 from extractor.values.evidence import find
@@ -118,6 +120,15 @@ def catalog_root(documents_: int, into: Path, *, newcomer: bool = False, sources
     return into
 
 
+def tokens(attempts: Sequence[Attempt]) -> dict[str, int]:
+    """Where the engine's time went on one document: tokens read and written, answers cut by ``max_tokens``."""
+    return {
+        "prompt": sum(a.prompt_tokens for a in attempts),
+        "completion": sum(a.completion_tokens for a in attempts),
+        "cut": sum(a.finish_reason == "length" for a in attempts),
+    }
+
+
 def tune(args: argparse.Namespace, root: Path) -> float:
     """As a newcomer would: ``extractor tune --documents`` on ``args.tune`` of the train documents imported; seconds."""
     started = time.perf_counter()
@@ -188,11 +199,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             if result is not None:
                 at = result.attempts  # where the engine's time goes: tokens read and written, answers cut
                 record.update(data=result.data, attempts=len(at), notes=len(result.notes))
-                record["tokens"] = {
-                    "prompt": sum(a.prompt_tokens for a in at),
-                    "completion": sum(a.completion_tokens for a in at),
-                    "cut": sum(a.finish_reason == "length" for a in at),
-                }
+                record["tokens"] = tokens(at)
                 record["evidence"] = {
                     s.path: {
                         "words": s.value,

@@ -28,11 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import RESULTS, machine, save
-from bench.kleister import DATA, catalog_root, render, summarize, tune
+from bench.kleister import DATA, catalog_root, render, summarize, tokens, tune
 from extractor import stages
 from extractor.config import Settings
 from extractor.jobs.batch import BatchSummary
 from extractor.options import ExtractOptions
+from extractor.results import Attempt
 from extractor.scale import ray_batch
 from extractor.scale.shards import shards
 
@@ -63,14 +64,10 @@ def scored(output: Path, gold: dict[str, dict[str, Any]]) -> list[dict[str, Any]
                 record["pages"] = 0
             else:
                 result = row["result"]
-                at = result.get("attempts", [])
+                at = [Attempt.model_validate(a) for a in result.get("attempts", [])]
                 document = result.get("document") or {}
                 record.update(data=result["data"], attempts=len(at), pages=len(document.get("pages", [])))
-                record["tokens"] = {
-                    "prompt": sum(a.get("prompt_tokens", 0) for a in at),
-                    "completion": sum(a.get("completion_tokens", 0) for a in at),
-                    "cut": sum(a.get("finish_reason") == "length" for a in at),
-                }
+                record["tokens"] = tokens(at)
             records.append(record)
     return records
 
