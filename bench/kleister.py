@@ -129,14 +129,19 @@ def tokens(attempts: Sequence[Attempt]) -> dict[str, int]:
     }
 
 
-def tune(args: argparse.Namespace, root: Path) -> float:
-    """As a newcomer would: ``extractor tune --documents`` on ``args.tune`` of the train documents imported; seconds."""
+def tune(
+    root: Path, documents_: int, *, budget: float, engine: str, train: bool = False, train_limit: int = 0
+) -> float:
+    """As a newcomer would: ``extractor tune --documents`` on ``documents_`` of the train documents imported; seconds.
+
+    ``budget``: tune's seconds (0: none); ``train``: an adapter as tune's candidate, kept beyond noise.
+    """
     started = time.perf_counter()
     command = [sys.executable, "-m", "extractor.cli", "tune", "nda", "--documents", str(root / "train.jsonl")]
-    command += ["--docs", str(args.tune), "--tasks-dir", str(root), "--engine", args.engine, "--no-try-model"]
-    command += ["--budget", str(args.tune_budget)] if args.tune_budget else []
-    command += ["--train"] if args.train else []  # the adapter as tune's candidate, kept beyond noise
-    command += ["--train-limit", str(args.train_limit)] if args.train and args.train_limit else []
+    command += ["--docs", str(documents_), "--tasks-dir", str(root), "--engine", engine, "--no-try-model"]
+    command += ["--budget", str(budget)] if budget else []
+    command += ["--train"] if train else []
+    command += ["--train-limit", str(train_limit)] if train and train_limit else []
     subprocess.run(command, check=True)
     return round(time.perf_counter() - started, 1)
 
@@ -147,7 +152,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     lines = lines[: args.limit] if args.limit else lines
     into = Path(tempfile.mkdtemp(prefix="kleister-"))
     root = catalog_root(args.pool, into, newcomer=args.newcomer, sources=not args.forget_sources)
-    tuning_s = tune(args, root) if args.tune else None
+    tuning_s = None
+    if args.tune:
+        how = {"budget": args.tune_budget, "engine": args.engine, "train": args.train, "train_limit": args.train_limit}
+        tuning_s = tune(root, args.tune, **how)
     training_s = None
     if args.train and not args.tune:  # as an analyst would: `extractor train` on the pool imported (train docs only)
         started = time.perf_counter()

@@ -138,24 +138,26 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64, help="documents in flight per actor")
     parser.add_argument("--rows-per-call", type=int, default=4, help="documents an actor call takes")
     args = parser.parse_args()
-    args.forget_sources, args.train, args.train_limit = False, False, 0
+    args.forget_sources = False
     if args.repeat < 1:
         parser.error("--repeat: at least 1")
+    if args.tune and args.tuned:
+        parser.error("--tune or --tuned, not both: the one tunes here, the other brings a tune measured elsewhere")
     lines = [json.loads(x) for x in (DATA / f"{args.split}.jsonl").read_text().splitlines() if x.strip()]
     lines = lines[: args.limit] if args.limit else lines
     path = RESULTS / "kleister.json"
     with tempfile.TemporaryDirectory(prefix="kleister-actors-") as tmp:
         root = catalog_root(args.pool, Path(tmp) / "catalog", newcomer=args.newcomer)
-        tuning_s = tune(args, root) if args.tune else None  # on this host's engine, before the actors start
-        if args.tuned:  # a tune measured elsewhere (bench.kleister --tune keeps its catalog's tuned/nda.json)
+        tuned: dict[str, Any] = {}  # what each point's row says of the task's tune
+        if args.tune:  # on this host's engine, before the actors start
+            seconds = tune(root, args.tune, budget=args.tune_budget, engine=args.engine)
+            tuned = {"tuned_on_documents": args.tune, "tune_s": seconds}
+        elif args.tuned:  # a tune measured elsewhere (bench.kleister --tune keeps its catalog's tuned/nda.json)
             (root / "tuned").mkdir(exist_ok=True)
             shutil.copy(args.tuned, root / "tuned" / "nda.json")
+            tuned = {"tuned": json.loads(args.tuned.read_text()).get("chosen")}
         for actors in (int(a) for a in args.actors.split(",")):
-            result = point(args, root, lines, Path(tmp), actors)
-            if tuning_s is not None:
-                result |= {"tuned_on_documents": args.tune, "tune_s": tuning_s}
-            if args.tuned:
-                result["tuned"] = json.loads(args.tuned.read_text()).get("chosen")
+            result = point(args, root, lines, Path(tmp), actors) | tuned
             runs = json.loads(path.read_text()) if path.is_file() else {}
             runs[result["label"]] = result
             save(path, runs)

@@ -13,8 +13,7 @@ case "${1:-}" in
     echo $! >> "$pids"
     ;;
   stop)
-    [ -f "$pids" ] && xargs -r kill < "$pids" 2> /dev/null
-    pkill -x top 2> /dev/null
+    [ -f "$pids" ] && xargs -r kill < "$pids" 2> /dev/null  # top ends at its next write into the grep gone
     rm -f "$pids"
     ;;
   *) echo "usage: $0 start FOLDER | stop" >&2; exit 2 ;;
