@@ -165,12 +165,17 @@ class ChunkedExtractionFailed(ExtractionFailed):
         self.args = (f"task {task!r}: {reason}",)
 
 
-class UnstatedValueError(ChunkedExtractionFailed):
+class UnstatedValueError(ExtractionFailed):
     """A passage read for one typed field states no phrase of its kind, and the field may not be null.
 
     Nothing was asked (no attempts): the substring rule would only have let the model guess (``reason``
-    says which field).
+    says which field). Not a chunk's failure: the passage is one field's reading, and the document goes on.
     """
+
+    def __init__(self, task: str, attempts: Sequence[Attempt], *, reason: str) -> None:
+        super().__init__(task, attempts)
+        self.reason = reason
+        self.args = (f"task {task!r}: {reason}",)
 
 
 class ReviewError(ExtractorError):
