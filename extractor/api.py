@@ -146,15 +146,22 @@ class Extractor:
             raise ExtractorError(f"task {name!r} has no typed model; its load warnings say why")
         return typed
 
-    async def astart(self) -> None:
-        """Start the engine (loads the model); idempotent."""
-        if not self._started:
-            tasks = [t for n, t in self.catalog.tasks.items() if self._tasks is None or n in self._tasks]
-            # while the engine loads: what the tasks' first texts would build (each field's pool index)
-            await asyncio.gather(self.engine.start(), asyncio.to_thread(self._prepare, tasks))
-            for model in self._task_models():  # one after another: each sizes its share of the memory
-                await self._model_engine(model).start()
-            self._started = True
+    async def astart(self, *, documents: bool = False) -> None:
+        """Start the engine (loads the model); idempotent.
+
+        ``documents``: documents will come (a folder's batch): the conversion workers
+        (``EXTRACTOR_CONVERSION_PROCESSES``) start while the engine loads, not at the first document.
+        """
+        warming = [self.converter.astart()] if documents else []
+        if self._started:
+            await asyncio.gather(*warming)
+            return
+        tasks = [t for n, t in self.catalog.tasks.items() if self._tasks is None or n in self._tasks]
+        # while the engine loads: what the tasks' first texts would build (each field's pool index)
+        await asyncio.gather(self.engine.start(), asyncio.to_thread(self._prepare, tasks), *warming)
+        for model in self._task_models():  # one after another: each sizes its share of the memory
+            await self._model_engine(model).start()
+        self._started = True
 
     def _prepare(self, tasks: Sequence[Task]) -> None:
         for task in tasks:

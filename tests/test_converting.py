@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import multiprocessing
 import os
 from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
@@ -148,7 +149,7 @@ def test_a_document_sent_while_the_workers_start_waits_for_them_and_names_the_se
     async def both() -> list[object]:
         sent = [asyncio.ensure_future(converter.convert(docx_bytes(PARAGRAPHS), limits=Limits())) for _ in range(2)]
         await asyncio.sleep(0.05)
-        assert len(submitted) == 1  # only the start check: neither document went to a worker that never started
+        assert len(submitted) == 2  # only the start checks, one a worker: no document went to a worker not started
         for future in submitted:
             future.set_exception(BrokenProcessPool("a child process terminated abruptly"))
         return await asyncio.gather(*sent, return_exceptions=True)
@@ -184,3 +185,19 @@ def test_a_count_the_machine_chose_falls_back_to_a_thread_when_its_workers_canno
 
     with pytest.raises(ConfigError, match="EXTRACTOR_CONVERSION_PROCESSES"):  # a count the user set is kept to
         asyncio.run(run(Settings.from_env({}, engine="scripted", conversion_processes=4)))
+
+
+def test_a_batch_of_documents_starts_every_worker_with_the_engine_not_at_its_first_document() -> None:
+    settings = Settings.from_env({}, engine="scripted", conversion_processes=2)
+    before = set(multiprocessing.active_children())
+
+    async def run(documents: bool) -> int:
+        async with Extractor(settings=settings, engine=ScriptedEngine(respond=lambda _: "{}")) as extractor:
+            await extractor.astart(documents=documents)
+            started = [p for p in multiprocessing.active_children() if p not in before and p.is_alive()]
+            await extractor.astart(documents=documents)  # idempotent: no second pool
+            assert len([p for p in multiprocessing.active_children() if p not in before]) == len(started)
+            return len(started)
+
+    assert asyncio.run(run(documents=False)) == 0  # texts only: no worker, as before
+    assert asyncio.run(run(documents=True)) == 2  # both workers up (each imported extractor) before any document

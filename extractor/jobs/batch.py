@@ -280,7 +280,7 @@ async def run_batch(extractor: Extractor, config: BatchConfig, *, progress: Prog
         if progress is not None:
             progress.start(total=total, done=summary.rows, errors=summary.failed)
         started = time.perf_counter()
-        await extractor.astart()
+        await extractor.astart(documents=config.input.is_dir())
         summary.start_s = time.perf_counter() - started
         writer = _Writer(journal, summary, config, progress)
         started = time.perf_counter()

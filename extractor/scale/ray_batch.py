@@ -337,7 +337,8 @@ class RowActor:
         engine = engine_factory() if engine_factory is not None else None
         self._extractor = Extractor(settings=settings, engine=engine, tasks=[config.task])
         self._slots: asyncio.Semaphore | None = None
-        self._wait(self._extractor.astart())
+        # a folder's documents convert here: the conversion workers start beside the engine
+        self._wait(self._extractor.astart(documents=any(path.is_dir() for path in config.inputs)))
 
     def _wait(self, work: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(work, self._loop).result()
