@@ -285,9 +285,10 @@ SPY_RATE = 100  # py-spy's samples a second
 
 
 @contextmanager
-def profiled(out: Path | None, *, subprocesses: bool = False) -> Iterator[None]:
+def profiled(out: Path | None, *, subprocesses: bool = False, idle: bool = False) -> Iterator[None]:
     """py-spy samples this process (all threads, native ids; its children too with ``subprocesses``, vLLM's
-    engine core among them) into ``out`` while the block runs; off if None."""
+    engine core among them) into ``out`` while the block runs; off if None. ``idle``: a thread blocked in a
+    wait is sampled too (py-spy's ``--idle``), so the frames it waits in show."""
     spy = shutil.which("py-spy")
     if out is None or spy is None:
         yield
@@ -299,6 +300,7 @@ def profiled(out: Path | None, *, subprocesses: bool = False) -> Iterator[None]:
     ctypes.CDLL(None).prctl(0x59616D61, ctypes.c_ulong(-1 & 0xFFFFFFFFFFFFFFFF), 0, 0, 0)
     command = [spy, "record", "--pid", str(os.getpid()), "--rate", str(SPY_RATE), "--threads", "--format", "raw"]
     command += ["--subprocesses"] if subprocesses else []
+    command += ["--idle"] if idle else []
     spying = subprocess.Popen([*command, "--output", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     time.sleep(1.0)  # attached
     try:

@@ -176,12 +176,13 @@ def _line(layout: dict[str, Any]) -> str:
     return line + (f"; P5 against free text of the same answers: {same}" if same else "")
 
 
-async def profile(per_task: int, folder: Path) -> str:
+async def profile(per_task: int, folder: Path, *, idle: bool = False) -> str:
     """The mixed pass under py-spy, vLLM's engine core included (issue 58's item 4): each constrained side and
     its free twin of the same answers, ``PROFILED_PASSES`` times each, after the warm-up.
 
     Writes ``pyspy-p5-mixed-{side}.txt`` (raw) into ``folder`` and returns the summary: each pass's tok/s, then
-    the engine core's threads (cores busy) and its main thread's busiest frames.
+    the engine core's threads (cores busy) and its main thread's busiest frames. ``idle``: waits sampled too
+    (a thread's "cores" is then its share of the pass, and the frames it waits in show with the rest).
     """
     from bench.gpu_bench import SPY_RATE, profiled
 
@@ -197,7 +198,7 @@ async def profile(per_task: int, folder: Path) -> str:
         for side in (*_CONSTRAINED, *(f"free_{s}" for s in _CONSTRAINED)):
             constrained = side.removeprefix("free_")
             transform = capped if side == constrained else free_as(lengths[constrained])
-            with profiled(folder / f"pyspy-p5-mixed-{side}.txt", subprocesses=True):
+            with profiled(folder / f"pyspy-p5-mixed-{side}.txt", subprocesses=True, idle=idle):
                 row = _summed(
                     [
                         await mixed_pass(extractor, work, grounded=constrained == "grounded", transform=transform)
@@ -256,10 +257,11 @@ def main() -> int:
     parser.add_argument("--per-task", type=int, default=50)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--profile", type=Path, help="a folder: the mixed pass per side under py-spy (item 4)")
+    parser.add_argument("--idle", action="store_true", help="with --profile: threads' waits sampled too")
     args = parser.parse_args()
     if args.profile is not None:
         args.profile.mkdir(parents=True, exist_ok=True)
-        summary = asyncio.run(profile(args.per_task, args.profile))
+        summary = asyncio.run(profile(args.per_task, args.profile, idle=args.idle))
         (args.profile / "pyspy-p5-mixed-summary.txt").write_text(summary, encoding="utf-8")
         print(summary)
         return 0
