@@ -154,8 +154,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     root = catalog_root(args.pool, into, newcomer=args.newcomer, sources=not args.forget_sources)
     tuning_s = None
     if args.tune:
-        how = {"budget": args.tune_budget, "engine": args.engine, "train": args.train, "train_limit": args.train_limit}
-        tuning_s = tune(root, args.tune, **how)
+        tuning_s = tune(
+            root, args.tune, budget=args.tune_budget, engine=args.engine, train=args.train, train_limit=args.train_limit
+        )
     training_s = None
     if args.train and not args.tune:  # as an analyst would: `extractor train` on the pool imported (train docs only)
         started = time.perf_counter()

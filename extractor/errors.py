@@ -153,29 +153,28 @@ class ExtractionFailed(ExtractorError):  # noqa: N818 - the name users catch, as
         super().__init__(f"task {task!r}: no valid result after {len(self.attempts)} attempt(s): {detail}")
 
 
-class ChunkedExtractionFailed(ExtractionFailed):
+class _ReasonedFailure(ExtractionFailed):
+    """An :class:`ExtractionFailed` whose message is its ``reason``, not the last attempt's errors."""
+
+    def __init__(self, task: str, attempts: Sequence[Attempt], *, reason: str) -> None:
+        super().__init__(task, attempts)
+        self.reason = reason
+        self.args = (f"task {task!r}: {reason}",)
+
+
+class ChunkedExtractionFailed(_ReasonedFailure):
     """A long document's chunks could not all be extracted, or their merge broke the schema.
 
     Carries every chunk's attempts (each with its ``chunk`` index); the message names the chunk.
     """
 
-    def __init__(self, task: str, attempts: Sequence[Attempt], *, reason: str) -> None:
-        super().__init__(task, attempts)
-        self.reason = reason
-        self.args = (f"task {task!r}: {reason}",)
 
-
-class UnstatedValueError(ExtractionFailed):
+class UnstatedValueError(_ReasonedFailure):
     """A passage read for one typed field states no phrase of its kind, and the field may not be null.
 
     Nothing was asked (no attempts): the substring rule would only have let the model guess (``reason``
     says which field). Not a chunk's failure: the passage is one field's reading, and the document goes on.
     """
-
-    def __init__(self, task: str, attempts: Sequence[Attempt], *, reason: str) -> None:
-        super().__init__(task, attempts)
-        self.reason = reason
-        self.args = (f"task {task!r}: {reason}",)
 
 
 class ReviewError(ExtractorError):

@@ -200,4 +200,4 @@ def test_a_batch_of_documents_starts_every_worker_with_the_engine_not_at_its_fir
             return len(started)
 
     assert asyncio.run(run(documents=False)) == 0  # texts only: no worker, as before
-    assert asyncio.run(run(documents=True)) == 2  # both workers up (each imported extractor) before any document
+    assert asyncio.run(run(documents=True)) == 2  # both workers up before any document
