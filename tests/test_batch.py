@@ -21,6 +21,7 @@ from extractor.errors import ExtractorError
 from extractor.jobs.batch import BatchConfig, run_batch, summary_path
 from extractor.jobs.journal import Journal
 from extractor.jobs.progress import Progress
+from extractor.jobs.rows import BadRow, input_rows, reads_documents
 from extractor.options import ExtractOptions
 
 from .conftest import LANDMARK_TEXT, landmark
@@ -180,6 +181,21 @@ def test_in_flight_requests_are_bounded(catalog: Catalog, settings: Settings, tm
     asyncio.run(run_batch(make_extractor(catalog, settings, engine), config))
     assert engine.peak == 3  # kept full, never over
     assert len(read_records(config.output)) == 20
+
+
+def test_a_batch_input_is_a_folder_of_documents_or_a_file_of_lines(tmp_path: Path) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "b.txt").write_text("two", encoding="utf-8")
+    (folder / "a.pdf").write_bytes(b"%PDF-1.4")
+    (folder / ".hidden").write_text("left out", encoding="utf-8")
+    lines = tmp_path / "in.jsonl"
+    lines.write_text('{"id": "x", "text": "one"}\nnot json\n', encoding="utf-8")
+    documents = list(input_rows(folder))
+    assert [(row.id, row.document) for row in documents] == [("a.pdf", folder / "a.pdf"), ("b.txt", folder / "b.txt")]
+    read = list(input_rows(lines))
+    assert read[0].id == "x" and read[0].document is None and isinstance(read[1], BadRow)
+    assert reads_documents([lines, folder]) and not reads_documents([lines])
 
 
 def test_second_writer_is_refused(catalog: Catalog, settings: Settings, tmp_path: Path) -> None:

@@ -36,9 +36,9 @@ from extractor.jobs.rows import (
     Row,
     RowKey,
     count_lines,
-    document_rows,
+    input_rows,
     key_of,
-    read_rows,
+    reads_documents,
     row_key,
 )
 from extractor.options import ExtractOptions, Options
@@ -280,7 +280,7 @@ async def run_batch(extractor: Extractor, config: BatchConfig, *, progress: Prog
         if progress is not None:
             progress.start(total=total, done=summary.rows, errors=summary.failed)
         started = time.perf_counter()
-        await extractor.astart(documents=config.input.is_dir())
+        await extractor.astart(documents=reads_documents([config.input]))
         summary.start_s = time.perf_counter() - started
         writer = _Writer(journal, summary, config, progress)
         started = time.perf_counter()
@@ -299,12 +299,8 @@ async def run_batch(extractor: Extractor, config: BatchConfig, *, progress: Prog
 async def _pump(extractor: Extractor, config: BatchConfig, done: set[RowKey], writer: _Writer) -> None:
     pending: set[asyncio.Task[dict[str, Any]]] = set()
     try:
-        items = (
-            document_rows(config.input)
-            if config.input.is_dir()
-            else read_rows(
-                config.input, text_field=config.text_field, id_field=config.id_field, max_chars=config.max_chars
-            )
+        items = input_rows(
+            config.input, text_field=config.text_field, id_field=config.id_field, max_chars=config.max_chars
         )
         for item in items:
             if key_of(item) in done:

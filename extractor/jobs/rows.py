@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -132,6 +132,20 @@ def document_rows(folder: Path) -> Iterator[Row]:
     """One row per file of ``folder`` (see :func:`document_files`): id its name, line its place."""
     for number, path in enumerate(document_files(folder), start=1):
         yield Row(number, path.name, "", document=path)
+
+
+def input_rows(
+    path: Path, *, text_field: str = "text", id_field: str = "id", max_chars: int = DEFAULT_MAX_CHARS
+) -> Iterator[Row | BadRow]:
+    """A batch input's rows: a folder's documents (:func:`document_rows`), a file's lines (:func:`read_rows`)."""
+    if path.is_dir():
+        return document_rows(path)
+    return read_rows(path, text_field=text_field, id_field=id_field, max_chars=max_chars)
+
+
+def reads_documents(paths: Iterable[Path]) -> bool:
+    """Whether any of a batch's inputs is a folder of documents (its conversion workers start with the engine)."""
+    return any(path.is_dir() for path in paths)
 
 
 def count_lines(path: Path) -> int:

@@ -46,7 +46,7 @@ from extractor.jobs.batch import (
     record_stats,
 )
 from extractor.jobs.progress import Progress
-from extractor.jobs.rows import DEFAULT_MAX_CHARS, BadRow, Row, count_lines, document_rows, read_rows
+from extractor.jobs.rows import DEFAULT_MAX_CHARS, BadRow, Row, count_lines, input_rows, reads_documents
 from extractor.options import ExtractOptions
 from extractor.scale.shards import ShardedOutput, record_key
 
@@ -204,13 +204,10 @@ def _first_line(error: BaseException) -> str:
 
 
 def _rows(config: RayBatchConfig) -> Iterator[tuple[str, Row | BadRow]]:
-    for path in config.inputs:
+    for path in config.inputs:  # a folder's documents are converted in the actor that reads each
         source = str(path)
-        if path.is_dir():  # a folder of documents: each file a row, converted in the actor that reads it
-            yield from ((source, row) for row in document_rows(path))
-            continue
-        for item in read_rows(path, text_field=config.text_field, id_field=config.id_field, max_chars=config.max_chars):
-            yield source, item
+        items = input_rows(path, text_field=config.text_field, id_field=config.id_field, max_chars=config.max_chars)
+        yield from ((source, item) for item in items)
 
 
 def _ship_rows(config: RayBatchConfig, output: ShardedOutput, progress: Progress | None) -> list[Any]:
@@ -338,7 +335,7 @@ class RowActor:
         self._extractor = Extractor(settings=settings, engine=engine, tasks=[config.task])
         self._slots: asyncio.Semaphore | None = None
         # a folder's documents convert here: the conversion workers start beside the engine
-        self._wait(self._extractor.astart(documents=any(path.is_dir() for path in config.inputs)))
+        self._wait(self._extractor.astart(documents=reads_documents(config.inputs)))
 
     def _wait(self, work: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(work, self._loop).result()
