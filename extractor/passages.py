@@ -199,7 +199,7 @@ def _shaped(node: Any, own: Mapping[str, Any]) -> Any:
     """A field of words whose options hold a learned ``shape`` bounded by it, where the schema leaves it open.
 
     Its string (a list's items) gets the ``minLength``, ``maxLength`` and a ``not`` pattern refusing the
-    ``not_words`` as whole words, in lower, capitalised or upper case.
+    ``not_words`` as whole words, in lower, capitalised or upper case; a list its ``maxItems``.
     """
     shape = own.get("shape")
     if not isinstance(node, Mapping) or not isinstance(shape, Mapping):
@@ -214,9 +214,11 @@ def _shaped(node: Any, own: Mapping[str, Any]) -> Any:
     if words and "not" not in target:
         cased = [v for w in words for v in dict.fromkeys((w.lower(), w.capitalize(), w.upper()))]
         added["not"] = {"pattern": "\\b(?:" + "|".join(re.escape(w) for w in cased) + ")\\b"}
-    if not added:
+    most = shape.get("maxItems")
+    bounded = {"maxItems": most} if listed and isinstance(most, int) and "maxItems" not in node else {}
+    if not added and not bounded:
         return node
-    return {**node, "items": {**target, **added}} if listed else {**node, **added}
+    return {**node, **bounded, "items": {**target, **added}} if listed else {**node, **added}
 
 
 def _field_pool(task: Task, name: str, *, stated_only: bool = False) -> ExamplePool | None:

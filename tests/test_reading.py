@@ -143,13 +143,16 @@ def test_the_shape_of_a_fields_words_is_learned_and_bounds_its_answers(imported:
     found = reading.shape(passages, "party")
     assert found is not None and found["maxLength"] == 27  # half again the longest label, 18
     assert found["minLength"] == 13  # "Beta Labs LLC": no more than 2 % of the labels are shorter
+    assert found["maxItems"] == 2  # the most parties a labelled passage names
     words = list(found["not_words"])  # type: ignore[call-overload]
     assert {"agreement", "between", "made"} <= set(words) and len(words) == reading.NOT_WORDS and "inc" not in words
     assert reading.shape(passages[:9], "party") is None  # 18 labels: too few to say
     assert reading.shape(passages, "term") is None
     task = Catalog.load(imported).get("nda")
     learned = {**task.reading, "party": {**task.reading["party"], "shape": found}}
-    node = field_task(replace(task, reading=learned), "party").source_schema["properties"]["party"]["items"]
+    listed = field_task(replace(task, reading=learned), "party").source_schema["properties"]["party"]
+    assert listed["maxItems"] == 2  # an answer listing "Company" over and over stops at the second
+    node = listed["items"]
     assert node["maxLength"] == 27 and node["minLength"] == 13 and re.search(node["not"]["pattern"], "THIS AGREEMENT")
     assert not re.search(node["not"]["pattern"], "Acme Widgets, Inc.")
     # the substring grammar refuses the words while decoding: a re-ask cannot meet the title again

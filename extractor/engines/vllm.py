@@ -273,9 +273,14 @@ class VLLMEngine(LocalModel):
                 "EXTRACTOR_SPECULATIVE_TOKENS on vLLM's CPU backend: sampled (temperature > 0) constrained "
                 "answers came out corrupted in our runs; greedy ones are unchanged (README, Benchmarks)"
             )
+        from vllm.usage.usage_lib import UsageContext
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        return AsyncLLM.from_engine_args(self._engine_args())
+        # An offline engine's batch per step, not an embedded one's: vLLM sizes a step's tokens by its
+        # caller (max_num_batched_tokens 16,384 on an H100 or H200, 8,192 on a smaller GPU, 4,096 on CPU
+        # as LLM's; 2,048 anywhere as AsyncLLM's), and a contract's prompts of ~1,400 tokens each then
+        # prefill one or two a step (issue 58; bench/results/documents.md). EXTRACTOR_VLLM_ARGS overrides.
+        return AsyncLLM.from_engine_args(self._engine_args(), usage_context=UsageContext.LLM_CLASS)
 
     def _running(self) -> LoopThread:
         if self._loop is None or self._llm is None:
