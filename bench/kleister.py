@@ -129,6 +129,13 @@ def tokens(attempts: Sequence[Attempt]) -> dict[str, int]:
     }
 
 
+def bring_tuned(root: Path, path: Path) -> dict[str, Any]:
+    """A tune's file from another run (its catalog's ``tuned/nda.json``) into ``root``, kept as found; what it chose."""
+    (root / "tuned").mkdir(exist_ok=True)
+    shutil.copy(path, root / "tuned" / "nda.json")
+    return {"tuned": json.loads(path.read_text()).get("chosen")}
+
+
 def tune(
     root: Path, documents_: int, *, budget: float, engine: str, train: bool = False, train_limit: int = 0
 ) -> float:
@@ -153,6 +160,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     into = Path(tempfile.mkdtemp(prefix="kleister-"))
     root = catalog_root(args.pool, into, newcomer=args.newcomer, sources=not args.forget_sources)
     tuning_s = None
+    brought = bring_tuned(root, args.tuned) if args.tuned else {}
     if args.tune:
         tuning_s = tune(
             root, args.tune, budget=args.tune_budget, engine=args.engine, train=args.train, train_limit=args.train_limit
@@ -246,6 +254,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         summary["replay"] = {"asked": replayed.asked, "missed": replayed.missed}
     if tuning_s is not None:
         summary |= {"tuned_on_documents": args.tune, "tune_s": tuning_s}
+    summary |= brought
     if training_s is not None:
         summary |= {"adapter": catalog.tasks["nda"].adapter is not None, "train_s": training_s}
     if raw_s is not None:
@@ -418,6 +427,7 @@ def main() -> None:
     parser.add_argument("--newcomer", action="store_true", help="a newcomer's task: the fields' descriptions only")
     parser.add_argument("--tune", type=int, default=0, help="first `extractor tune --documents` on N of the pool's")
     parser.add_argument("--tune-budget", type=float, default=0, help="seconds for that tune (0: none)")
+    parser.add_argument("--tuned", type=Path, help="a tune's file from another run (tuned/nda.json), kept as found")
     parser.add_argument("--raw", action="store_true", help="then the bare engine reading each document once (issue 58)")
     parser.add_argument(
         "--train",
@@ -432,6 +442,8 @@ def main() -> None:
         "--forget-sources", action="store_true", help="the pool without its documents' sources (nothing learned)"
     )
     args = parser.parse_args()
+    if args.tune and args.tuned:
+        parser.error("--tune or --tuned, not both: the one tunes here, the other brings a tune measured elsewhere")
     summary = asyncio.run(run(args))
     # Per-document records hold the dataset's labels and text: they stay out of the project
     # (bench/results/raw/*.log is git-ignored); the results page and its JSON hold figures only.

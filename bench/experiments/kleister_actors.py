@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from bench.common import RESULTS, machine, save
-from bench.kleister import DATA, catalog_root, render, summarize, tokens, tune
+from bench.kleister import DATA, bring_tuned, catalog_root, render, summarize, tokens, tune
 from extractor import stages
 from extractor.config import Settings
 from extractor.jobs.batch import BatchSummary
@@ -153,9 +152,7 @@ def main() -> None:
             seconds = tune(root, args.tune, budget=args.tune_budget, engine=args.engine)
             tuned = {"tuned_on_documents": args.tune, "tune_s": seconds}
         elif args.tuned:  # a tune measured elsewhere (bench.kleister --tune keeps its catalog's tuned/nda.json)
-            (root / "tuned").mkdir(exist_ok=True)
-            shutil.copy(args.tuned, root / "tuned" / "nda.json")
-            tuned = {"tuned": json.loads(args.tuned.read_text()).get("chosen")}
+            tuned = bring_tuned(root, args.tuned)
         for actors in (int(a) for a in args.actors.split(",")):
             result = point(args, root, lines, Path(tmp), actors) | tuned
             runs = json.loads(path.read_text()) if path.is_file() else {}
