@@ -215,7 +215,9 @@ def _shaped(node: Any, own: Mapping[str, Any]) -> Any:
         cased = [v for w in words for v in dict.fromkeys((w.lower(), w.capitalize(), w.upper()))]
         added["not"] = {"pattern": "\\b(?:" + "|".join(re.escape(w) for w in cased) + ")\\b"}
     most = shape.get("maxItems")
-    bounded = {"maxItems": most} if listed and isinstance(most, int) and "maxItems" not in node else {}
+    # never under the analyst's minItems (nor a field's expected 1): the bound must leave an answer possible
+    fits = isinstance(most, int) and most >= int(node.get("minItems", 0)) and "maxItems" not in node
+    bounded = {"maxItems": most} if listed and fits else {}
     if not added and not bounded:
         return node
     return {**node, **bounded, "items": {**target, **added}} if listed else {**node, **added}

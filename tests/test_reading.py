@@ -152,6 +152,13 @@ def test_the_shape_of_a_fields_words_is_learned_and_bounds_its_answers(imported:
     learned = {**task.reading, "party": {**task.reading["party"], "shape": found}}
     listed = field_task(replace(task, reading=learned), "party").source_schema["properties"]["party"]
     assert listed["maxItems"] == 2  # an answer listing "Company" over and over stops at the second
+    crowded = {**task.reading["party"], "shape": {**found, "maxItems": 0}}  # under the expected minItems 1
+    assert (
+        "maxItems"
+        not in field_task(replace(task, reading={**learned, "party": crowded}), "party").source_schema["properties"][
+            "party"
+        ]
+    )
     node = listed["items"]
     assert node["maxLength"] == 27 and node["minLength"] == 13 and re.search(node["not"]["pattern"], "THIS AGREEMENT")
     assert not re.search(node["not"]["pattern"], "Acme Widgets, Inc.")
